@@ -1,0 +1,133 @@
+"""Every error chatcodec raises for a template, a file or an input.
+
+One base class, so callers can catch everything chatcodec reports with one ``except``::
+
+    ChatcodecError
+    ├── TemplateError               a template failed to compile or render; carries name and line
+    │   ├── TemplateSyntaxError     the template source does not parse
+    │   ├── TemplateRuntimeError    an operation inside the template failed (a TypeError, an undefined value)
+    │   │   └── TemplateRaisedError the template called raise_exception(); the text is kept verbatim
+    │   ├── SandboxError            the template reached for something the sandbox forbids
+    │   └── LimitError              the render went over a budget: output size, time or recursion
+    ├── InputError                  messages, tools, documents or options that cannot be rendered
+    │   └── SpecialTokenError       message text holds a control token and the policy is "reject"
+    ├── SchemaError                 a Python function cannot be turned into a tool schema
+    ├── LoadError                   a template or tokenizer file is missing, unreadable or malformed
+    │   └── TemplateNotFoundError   no template under that name or in that place
+    └── DecodeError                 a decoder was asked for with options it cannot honour
+
+``InputError``, ``SchemaError``, ``LoadError`` and ``DecodeError`` are also ``ValueError``\ s, so code
+written against transformers' ``ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChatcodecError",
+    "DecodeError",
+    "InputError",
+    "LimitError",
+    "LoadError",
+    "SandboxError",
+    "SchemaError",
+    "SpecialTokenError",
+    "TemplateError",
+    "TemplateNotFoundError",
+    "TemplateRaisedError",
+    "TemplateRuntimeError",
+    "TemplateSyntaxError",
+]
+
+
+class ChatcodecError(Exception):
+    """Base class of every error chatcodec raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class TemplateError(ChatcodecError):
+    """A chat template failed to compile or to render.
+
+    ``message`` is the bare reason; ``str()`` adds where it happened: the template's name and the
+    line of the template source.
+    """
+
+    def __init__(self, message: str, *, template_name: str | None = None, lineno: int | None = None) -> None:
+        super().__init__(message)
+        self.template_name = template_name
+        self.lineno = lineno
+
+    def __str__(self) -> str:
+        where = []
+        if self.template_name:
+            where.append(f"template {self.template_name!r}")
+        if self.lineno:
+            where.append(f"line {self.lineno}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+class TemplateSyntaxError(TemplateError):
+    """The template source is not valid Jinja."""
+
+
+class TemplateRuntimeError(TemplateError):
+    """An operation inside the template failed while rendering.
+
+    ``python_type`` names the underlying Python or Jinja error (``"TypeError"``, ``"UndefinedError"``),
+    which is what transformers would have raised.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        python_type: str = "",
+        template_name: str | None = None,
+        lineno: int | None = None,
+    ) -> None:
+        super().__init__(message, template_name=template_name, lineno=lineno)
+        self.python_type = python_type
+
+
+class TemplateRaisedError(TemplateRuntimeError):
+    """The template rejected the input itself, with ``raise_exception(message)``."""
+
+
+class SandboxError(TemplateError):
+    """The template tried to reach something the sandbox does not allow."""
+
+
+class LimitError(TemplateError):
+    """The render went over one of its budgets (see :class:`chatcodec.Limits`)."""
+
+
+class InputError(ChatcodecError, ValueError):
+    """Messages, tools, documents or options that cannot be rendered as given."""
+
+
+class SpecialTokenError(InputError):
+    """Text from a message holds a control token and the special-token policy is ``"reject"``."""
+
+
+class SchemaError(ChatcodecError, ValueError):
+    """A Python function cannot be turned into a JSON schema for a tool."""
+
+
+class LoadError(ChatcodecError, ValueError):
+    """A template or tokenizer source is missing, unreadable or malformed."""
+
+
+class TemplateNotFoundError(LoadError, LookupError):
+    """No chat template under that name or in that place."""
+
+
+class DecodeError(ChatcodecError, ValueError):
+    """A decoder was requested with a format or options it cannot honour.
+
+    Model output itself never raises: decoders fall back to content instead.
+    """
