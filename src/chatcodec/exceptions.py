@@ -16,8 +16,8 @@ One base class, so callers can catch everything chatcodec reports with one ``exc
     │   └── TemplateNotFoundError   no template under that name or in that place
     └── DecodeError                 a decoder was asked for with options it cannot honour
 
-``InputError``, ``SchemaError``, ``LoadError`` and ``DecodeError`` are also ``ValueError``\ s, so code
-written against transformers' ``ValueError`` keeps working.
+``InputError``, ``SchemaError``, ``LoadError`` and ``DecodeError`` also derive from ``ValueError``,
+so code written against transformers' ``ValueError`` keeps working.
 """
 
 from __future__ import annotations
