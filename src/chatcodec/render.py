@@ -256,7 +256,7 @@ def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
             message = _object_as_dict(message) or message
         if not isinstance(message, Mapping):
             raise InputError(
-                f"Chat messages should be dicts, dataclasses or pydantic models, but message {index} is {message!r}."
+                f"Chat messages should be dicts, dataclasses or pydantic models, but got {message!r} (message {index})."
             )
         converted = {
             k if type(k) is str else plain(k): v if type(v) is str else plain(v)

@@ -57,7 +57,9 @@ class BuiltinTemplate:
 @lru_cache(maxsize=1)
 def builtin_templates() -> dict[str, BuiltinTemplate]:
     """Every built-in template by name, in the order ``chatcodec templates`` lists them."""
-    index = json.loads(resources.files("chatcodec").joinpath("builtin").joinpath("index.json").read_text(encoding="utf-8"))
+    index = json.loads(
+        resources.files("chatcodec").joinpath("builtin").joinpath("index.json").read_text(encoding="utf-8")
+    )
     return {entry["name"]: BuiltinTemplate(**entry) for entry in index["templates"]}
 
 
