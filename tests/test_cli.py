@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
 import pytest
 
 from chatcodec.cli import main

@@ -91,7 +91,8 @@ CASES: dict[str, tuple[str, Any, dict[str, str], dict[str, Any], str]] = {
         "{'a': 1, 'b': [1, 's', None, True, 1.5]}|1e+20|1.5e-07",
     ),
     "D9 namespace": (
-        "{% set ns = namespace(found=false) %}{% for m in messages %}{% set ns.found = true %}{% endfor %}{{ ns.found }}",
+        "{% set ns = namespace(found=false) %}{% for m in messages %}{% set ns.found = true %}{% endfor %}"
+        "{{ ns.found }}",
         USER,
         {},
         {},
@@ -116,7 +117,8 @@ CASES: dict[str, tuple[str, Any, dict[str, str], dict[str, Any], str]] = {
         ],
         {},
         {},
-        '{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": null}}}], "x": {"y": null}}|',
+        '{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": null}}}], '
+        '"x": {"y": null}}|',
     ),
     "D19 reasoning alias": (
         "{{ messages[0] | tojson }}",
@@ -360,7 +362,7 @@ def test_documented_errors(name: str) -> None:
         render(source, messages, **kwargs)
     assert text in str(caught.value)
     if transformers_available():
-        output, reference_error = reference_render(source, {}, messages, now=NOW, **kwargs)
+        _, reference_error = reference_render(source, {}, messages, now=NOW, **kwargs)
         assert reference_error is not None and text in reference_error
 
 
@@ -444,7 +446,8 @@ def test_callable_tools_become_schemas() -> None:
     expected = (
         '[{"type": "function", "function": {"name": "get_weather", "description": "Get the weather.", "parameters": '
         '{"type": "object", "properties": {"location": {"type": "string", "description": "The city"}, "unit": '
-        '{"type": "string", "enum": ["celsius", "fahrenheit"], "description": "The unit"}}, "required": ["location"]}}}, '
+        '{"type": "string", "enum": ["celsius", "fahrenheit"], "description": "The unit"}}, '
+        '"required": ["location"]}}}, '
         '{"type": "function", "function": {"name": "x"}}]'
     )
     tools = [get_weather, {"type": "function", "function": {"name": "x"}}]

@@ -70,7 +70,7 @@ def test_a_billion_step_loop_stops_at_the_time_limit() -> None:
     )
     template = ChatTemplate(loop, limits=Limits(timeout=0.5))
     started = time.monotonic()
-    with pytest.raises(LimitError, match="longer than 0.5 s"):
+    with pytest.raises(LimitError, match=r"longer than 0\.5 s"):
         template.render(USER)
     elapsed = time.monotonic() - started
     assert elapsed < 0.5 + 1.5, f"stopped only after {elapsed:.2f}s"
@@ -95,7 +95,7 @@ OUTPUT_BOMBS = {
     "repeat": "{{ 'a' * 1000000000 }}",
     "repeat a list": "{{ ([1] * 1000000000)|length }}",
     "doubling": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-    "doubling with +": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+    "doubling with +": "{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
     "recursive doubling": "{% macro f(s, n) %}{% if n %}{{ f(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ f('x', 80) }}",
     "power": "{{ 10 ** 1000000000 }}",
     "percent width": "{{ '%1000000000s' % 'x' }}",
