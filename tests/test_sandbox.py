@@ -95,7 +95,7 @@ OUTPUT_BOMBS = {
     "repeat": "{{ 'a' * 1000000000 }}",
     "repeat a list": "{{ ([1] * 1000000000)|length }}",
     "doubling": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-    "doubling with +": "{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+    "doubling with +": "{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s+ns.s %}{% endfor %}",
     "recursive doubling": "{% macro f(s, n) %}{% if n %}{{ f(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ f('x', 80) }}",
     "power": "{{ 10 ** 1000000000 }}",
     "percent width": "{{ '%1000000000s' % 'x' }}",
