@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import typing
-import warnings
 from collections.abc import Callable
 from typing import Any, Literal, NewType, Optional, Union
 
@@ -24,13 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-# chatcodec/exceptions.py (not this module's file) has a "\\ " escape in its docstring; compiling it warns,
-# and pytest turns warnings into errors. Silence exactly that warning until the docstring is fixed.
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="invalid escape sequence", category=DeprecationWarning)
-    warnings.filterwarnings("ignore", message="invalid escape sequence", category=SyntaxWarning)
-    from chatcodec.exceptions import SchemaError
-    from chatcodec.schema import function_schema, parse_google_docstring, type_hint_schema
+from chatcodec.exceptions import SchemaError
+from chatcodec.schema import function_schema, parse_google_docstring, type_hint_schema
 
 try:
     from transformers.utils import (
@@ -72,9 +66,7 @@ def check(fn: Func, expected_function: dict[str, Any] | None = None) -> dict[str
     return ours
 
 
-def check_properties(
-    fn: Func, properties: dict[str, Any], required: list[str] | None = None
-) -> dict[str, Any]:
+def check_properties(fn: Func, properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
     """Like :func:`check`, with the hand-written expectation given as properties and required."""
     ours = check(fn)
     parameters = ours["function"]["parameters"]
@@ -131,9 +123,7 @@ def test_s02_no_arguments() -> None:
         """
         return True
 
-    check(
-        fn, {"name": "fn", "description": "Test function", "parameters": {"type": "object", "properties": {}}}
-    )
+    check(fn, {"name": "fn", "description": "Test function", "parameters": {"type": "object", "properties": {}}})
 
 
 def test_s03_bare_container_types() -> None:
@@ -347,9 +337,7 @@ def test_s13_missing_param_docstring() -> None:
         """
         return x
 
-    check_error(
-        fn, "Cannot generate JSON schema for fn because the docstring has no description for the argument 'x'"
-    )
+    check_error(fn, "Cannot generate JSON schema for fn because the docstring has no description for the argument 'x'")
 
 
 def test_s14_missing_type_hint() -> None:
@@ -438,8 +426,7 @@ SINGLE_TUPLE_MESSAGE = (
     "directly."
 )
 ELLIPSIS_MESSAGE = (
-    "Conversion of '...' is not supported in Tuple type hints. "
-    "Use list[] types for variable-length inputs instead."
+    "Conversion of '...' is not supported in Tuple type hints. Use list[] types for variable-length inputs instead."
 )
 
 
@@ -820,8 +807,7 @@ UNSUPPORTED = (
         ),
         (
             typing.Callable[[int], int],
-            '("Couldn\'t parse this type hint, likely due to a custom class or object: ", '
-            "typing.Callable[[int], int])",
+            '("Couldn\'t parse this type hint, likely due to a custom class or object: ", typing.Callable[[int], int])',
         ),
     ],
     ids=repr,
@@ -865,9 +851,7 @@ def test_d38_choices_are_json_and_stripped() -> None:
 
 def test_d38_choices_must_end_the_description() -> None:
     schema = x_schema(one_arg(str, 'The input (choices: ["a", "b"]) trailing'))
-    assert dumps(schema) == dumps(
-        {"type": "string", "description": 'The input (choices: ["a", "b"]) trailing'}
-    )
+    assert dumps(schema) == dumps({"type": "string", "description": 'The input (choices: ["a", "b"]) trailing'})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -876,9 +860,7 @@ def test_d38_choices_must_end_the_description() -> None:
 
 def test_choices_replace_a_literal_enum_in_place() -> None:
     schema = x_schema(one_arg(Optional[Literal["a", "b"]], 'The input (CHOICES: ["c"])'))  # noqa: UP045
-    assert dumps(schema) == dumps(
-        {"type": "string", "enum": ["c"], "nullable": True, "description": "The input"}
-    )
+    assert dumps(schema) == dumps({"type": "string", "enum": ["c"], "nullable": True, "description": "The input"})
 
 
 def test_choices_string_and_object_are_iterated_like_transformers() -> None:
@@ -983,10 +965,7 @@ def test_docstring_sections() -> None:
     ours = check(fn)["function"]
     assert ours["description"] == "Summary line.\n\nMore description here."
     assert ours["parameters"]["properties"]["a"]["description"] == "A later duplicate wins."
-    assert (
-        ours["parameters"]["properties"]["b"]["description"]
-        == "Second, with a colon: inside and a continuation."
-    )
+    assert ours["parameters"]["properties"]["b"]["description"] == "Second, with a colon: inside and a continuation."
     assert ours["return"]["description"] == "Something\n      indented."  # indentation is kept
 
 

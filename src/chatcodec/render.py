@@ -64,8 +64,9 @@ class ChatTemplate:
         self.name = name
         self.special_tokens: dict[str, str] = dict(special_tokens or {})
         self.limits = limits or DEFAULT_LIMITS
+        self._compiled: dict[str, sandbox.Compiled] = {}
         if "default" in self._sources:
-            sandbox.compile_template(self._sources["default"], self._label("default"))  # report syntax errors now
+            self._compile("default")  # report syntax errors now, not at the first render
 
     @property
     def source(self) -> str:
@@ -133,6 +134,12 @@ class ChatTemplate:
             return self.name
         return f"{self.name}:{key}" if self.name else key
 
+    def _compile(self, key: str) -> sandbox.Compiled:
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = sandbox.compile_template(self._sources[key], self._label(key))
+        return compiled
+
     def _select(self, chat_template: str | None, tools: object) -> str:
         """The key of the template to use (§3.3)."""
         if chat_template is not None:
@@ -165,9 +172,7 @@ class ChatTemplate:
         track_generation: bool,
     ) -> tuple[str, list[tuple[int, int]]]:
         key = self._select(chat_template, tools)
-        source = self._sources[key]
-        label = self._label(key)
-        compiled = sandbox.compile_template(source, label)
+        compiled = self._compile(key)
 
         if isinstance(messages, (list, tuple)) and not messages:
             raise InputError("Cannot apply chat template to an empty conversation. Provide at least one message.")
@@ -184,9 +189,11 @@ class ChatTemplate:
         variables["documents"] = _documents(documents)
         variables["add_generation_prompt"] = add_generation_prompt
 
-        continued = _tag_final_message(chat, continue_final_message, source) if continue_final_message else None
+        continued = None
+        if continue_final_message:
+            continued = _tag_final_message(chat, continue_final_message, self._sources[key])
         budget = Budget(self.limits, now=now, track_generation=track_generation)
-        text = sandbox.run(compiled, variables, name=label, budget=budget)
+        text = sandbox.run(compiled, variables, name=self._label(key), budget=budget)
         if continued is not None:
             text = _cut_at_tag(text, continued)
         return text, budget.spans or []
@@ -244,15 +251,18 @@ def _object_as_dict(value: Any) -> dict[str, Any] | None:
 
 def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
     """Plain message dicts without top-level ``None`` values, with reasoning aliases (§5.1, §5.4)."""
-    messages = getattr(messages, "messages", messages)  # a conversation object
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+    if type(messages) is not list:
+        messages = getattr(messages, "messages", messages)  # a conversation object
+    if type(messages) is not list and (
+        isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence)
+    ):
         raise InputError(
             f"Messages must be a list of message dicts, not {type(messages).__name__}."
             ' Pass [{"role": "user", "content": "..."}, ...].'
         )
     chat = []
     for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             message = _object_as_dict(message) or message
         if not isinstance(message, Mapping):
             raise InputError(
@@ -280,7 +290,7 @@ def _tool_schemas(tools: Sequence[Any] | None) -> list[Any] | None:
         if isinstance(tool, dict):
             schemas.append(plain(tool))
         elif inspect.isfunction(tool) or inspect.ismethod(tool):
-            from .schema import function_schema  # only needed for Python functions given as tools
+            from .schema import function_schema  # imported on first use: only Python functions need it
 
             schemas.append(function_schema(tool))
         else:

@@ -31,7 +31,7 @@ import jinja2.ext
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.exceptions import SecurityError
-from jinja2.runtime import LoopContext, Macro
+from jinja2.runtime import Context, LoopContext, Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
@@ -46,7 +46,7 @@ from .exceptions import (
     TemplateSyntaxError,
 )
 
-__all__ = ["compile_template", "environment", "run"]
+__all__ = ["Compiled", "compile_template", "environment", "run"]
 
 
 # --- the globals transformers gives every template ---------------------------------------------------
@@ -319,12 +319,27 @@ def _counted(_context: Any, iterable: Any) -> Iterator[Any]:
 environment = ChatSandbox()
 
 
+class Compiled:
+    """A compiled template and what every render of it needs, computed once."""
+
+    __slots__ = ("globals", "template")
+
+    def __init__(self, template: jinja2.Template) -> None:
+        self.template = template
+        # jinja2 keeps globals in a ChainMap and copies it on every render; ours never change, so flatten once
+        self.globals = dict(template.globals)
+
+    def new_context(self, variables: Mapping[str, Any]) -> Context:
+        template = self.template
+        return Context(environment, {**self.globals, **variables}, template.name, template.blocks, self.globals)
+
+
 @lru_cache(maxsize=256)
-def _compile(source: str) -> jinja2.Template:
-    return environment.from_string(source)
+def _compile(source: str) -> Compiled:
+    return Compiled(environment.from_string(source))
 
 
-def compile_template(source: str, name: str | None = None) -> jinja2.Template:
+def compile_template(source: str, name: str | None = None) -> Compiled:
     """Compile ``source`` once; later calls with the same text reuse the compiled template."""
     try:
         return _compile(source)
@@ -337,18 +352,15 @@ def compile_template(source: str, name: str | None = None) -> jinja2.Template:
 # --- running a template -----------------------------------------------------------------------------
 
 
-def run(
-    template: jinja2.Template,
-    variables: Mapping[str, Any],
-    *,
-    name: str | None = None,
-    budget: limits.Budget,
-) -> str:
-    """Render ``template`` with ``variables`` under ``budget``; every failure is a ChatcodecError."""
+def run(compiled: Compiled, variables: Mapping[str, Any], *, name: str | None = None, budget: limits.Budget) -> str:
+    """Render ``compiled`` with ``variables`` under ``budget``; every failure is a ChatcodecError."""
     token = limits.activate(budget)
     try:
+        chunks = compiled.template.root_render_func(compiled.new_context(variables))
+        if budget.spans is None:
+            return _join_limited(chunks, budget)
         parts = []
-        for chunk in template.root_render_func(template.new_context(dict(variables))):
+        for chunk in chunks:  # {% generation %} spans are measured against what was emitted so far
             budget.emitted += len(chunk)
             if budget.emitted > budget.limits.max_output:
                 budget.check_size(budget.emitted, "an output")
@@ -358,10 +370,22 @@ def run(
         if isinstance(exc, TemplateError) and exc.lineno is None:
             exc.template_name, exc.lineno = name, _template_line(exc)
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure inside a template becomes a TemplateError
         raise _translate(exc, name) from exc
     finally:
         limits.deactivate(token)
+
+
+def _join_limited(chunks: Iterator[str], budget: limits.Budget) -> str:
+    limit = budget.limits.max_output
+    size = 0
+    parts = []
+    for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            budget.check_size(size, "an output")
+        parts.append(chunk)
+    return "".join(parts)
 
 
 def _template_line(exc: BaseException) -> int | None:

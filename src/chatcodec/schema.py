@@ -96,8 +96,7 @@ _SINGLE_TUPLE = (
     "element directly."
 )
 _ELLIPSIS_TUPLE = (
-    "Conversion of '...' is not supported in Tuple type hints. "
-    "Use list[] types for variable-length inputs instead."
+    "Conversion of '...' is not supported in Tuple type hints. Use list[] types for variable-length inputs instead."
 )
 
 
@@ -158,8 +157,7 @@ def _parse_args_block(block: str) -> dict[str, str]:
     """``{name: description}`` for each entry of an ``Args:`` block; a later duplicate name wins."""
     lines = [line for line in block.split("\n") if line.strip()]
     return {
-        name: _LINE_BREAKS_RE.sub(" ", text.strip())
-        for _indent, name, text in _ARG_ENTRY_RE.findall("\n".join(lines))
+        name: _LINE_BREAKS_RE.sub(" ", text.strip()) for _indent, name, text in _ARG_ENTRY_RE.findall("\n".join(lines))
     }
 
 
@@ -197,9 +195,7 @@ def _parse_choices(source: str, func_name: object, arg: str) -> list[Any]:
 # Signatures
 
 
-def _signature_schemas(
-    func: Callable[..., object], func_name: object
-) -> tuple[JsonSchema, JsonSchema | None]:
+def _signature_schemas(func: Callable[..., object], func_name: object) -> tuple[JsonSchema, JsonSchema | None]:
     """The ``parameters`` schema (without descriptions) and the return schema, if it converts."""
     hints = typing.get_type_hints(func)
     params = list(inspect.signature(func).parameters.values())
