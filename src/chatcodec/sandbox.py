@@ -370,7 +370,7 @@ def run(compiled: Compiled, variables: Mapping[str, Any], *, name: str | None = 
         if isinstance(exc, TemplateError) and exc.lineno is None:
             exc.template_name, exc.lineno = name, _template_line(exc)
         raise
-    except Exception as exc:  # noqa: BLE001 - every failure inside a template becomes a TemplateError
+    except Exception as exc:  # every failure inside a template becomes a TemplateError
         raise _translate(exc, name) from exc
     finally:
         limits.deactivate(token)
