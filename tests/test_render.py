@@ -431,6 +431,10 @@ def test_callers_messages_are_never_changed() -> None:
     snapshot = repr(messages)
     render(CHATML, messages, continue_final_message=True)
     assert repr(messages) == snapshot
+    parts = [{"role": "assistant", "content": [{"type": "text", "text": "open"}, {"type": "image"}]}]
+    snapshot = repr(parts)
+    render("{{ messages[0].content[0].text }}", parts, continue_final_message=True)
+    assert repr(parts) == snapshot
 
 
 def test_callable_tools_become_schemas() -> None:

@@ -203,18 +203,31 @@ class ChatTemplate:
 
 
 def plain(value: Any) -> Any:
-    """``value`` rebuilt from plain JSON types (§5.3); the caller's objects are never touched."""
+    """``value`` as plain JSON types (§5.3), without touching the caller's objects.
+
+    Values that are already plain come back as they are, not copied: the sandbox never lets a template
+    change a dict or list, so sharing them is safe, and most inputs need no conversion at all.
+    """
     kind = type(value)
     if kind in _SCALARS:
         return value
     if kind is dict:
-        return {k if type(k) is str else plain(k): v if type(v) is str else plain(v) for k, v in value.items()}
+        for k, v in value.items():
+            if type(k) is not str or (type(v) is not str and plain(v) is not v):
+                return {plain(k): plain(v) for k, v in value.items()}
+        return value
     if kind is list:
-        return [v if type(v) is str else plain(v) for v in value]
+        for v in value:
+            if type(v) is not str and plain(v) is not v:
+                return [plain(v) for v in value]
+        return value
+    return _convert(value)
+
+
+def _convert(value: Any) -> Any:
+    """The slow path of :func:`plain`: anything that is not already plain JSON."""
     if isinstance(value, str):
         return str.__str__(value)  # str subclasses (enums, numpy strings) lose their extra methods
-    if isinstance(value, bool):
-        return bool(value)
     if isinstance(value, int):
         return int.__int__(value)
     if isinstance(value, float):
@@ -230,7 +243,7 @@ def plain(value: Any) -> Any:
     as_dict = _object_as_dict(value)
     if as_dict is not None:
         return plain(as_dict)
-    return f"<{kind.__name__}>"
+    return f"<{type(value).__name__}>"
 
 
 def _is_numpy_scalar(value: Any) -> bool:
@@ -262,22 +275,28 @@ def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
         )
     chat = []
     for index, message in enumerate(messages):
-        if type(message) is not dict and not isinstance(message, Mapping):
-            message = _object_as_dict(message) or message
-        if not isinstance(message, Mapping):
-            raise InputError(
-                f"Chat messages should be dicts, dataclasses or pydantic models, but got {message!r} (message {index})."
-            )
-        converted = {
-            k if type(k) is str else plain(k): v if type(v) is str else plain(v)
-            for k, v in message.items()
-            if v is not None
-        }
-        reasoning = next((converted[k] for k in _REASONING_FIELDS if converted.get(k) is not None), None)
-        if reasoning is not None:
-            converted = {"thinking": reasoning, **converted, "reasoning_content": reasoning}
+        if type(message) is not dict:
+            message = _message_as_dict(message, index)
+        converted = plain(message)
+        if None in converted.values():
+            # keys whose value is None are dropped (§5.1); a message passed through as-is is copied first
+            converted = {k: v for k, v in converted.items() if v is not None}
+        if "reasoning_content" in converted or "thinking" in converted or "reasoning" in converted:
+            reasoning = next((converted[k] for k in _REASONING_FIELDS if converted.get(k) is not None), None)
+            if reasoning is not None:
+                converted = {"thinking": reasoning, **converted, "reasoning_content": reasoning}
         chat.append(converted)
     return chat
+
+
+def _message_as_dict(message: Any, index: int) -> dict[str, Any]:
+    if not isinstance(message, Mapping):
+        message = _object_as_dict(message) or message
+    if not isinstance(message, Mapping):
+        raise InputError(
+            f"Chat messages should be dicts, dataclasses or pydantic models, but got {message!r} (message {index})."
+        )
+    return dict(message)
 
 
 def _tool_schemas(tools: Sequence[Any] | None) -> list[Any] | None:
@@ -329,11 +348,13 @@ def _tag_final_message(chat: list[dict[str, Any]], how: bool | str, source: str)
         raise InputError(
             f'continue_final_message is set to "{field}" but this is not an accepted field in the chat_template'
         )
+    last = chat[-1] = dict(chat[-1])  # the messages may be the caller's own dicts: edit a copy
     if isinstance(final, (list, tuple)):
-        for block in reversed(final):
-            if isinstance(block, dict) and "text" in block:
-                text: str = block["text"]
-                block["text"] = text + _CONTINUE_TAG
+        blocks = last[field] = list(final)
+        for at in range(len(blocks) - 1, -1, -1):
+            if isinstance(blocks[at], dict) and "text" in blocks[at]:
+                text: str = blocks[at]["text"]
+                blocks[at] = {**blocks[at], "text": text + _CONTINUE_TAG}
                 return text
         raise InputError(
             "continue_final_message is set but we could not find any text to continue in the final message!"
@@ -341,7 +362,7 @@ def _tag_final_message(chat: list[dict[str, Any]], how: bool | str, source: str)
     if not isinstance(final, str):
         raise InputError(f'continue_final_message needs text to continue, but "{field}" is {type(final).__name__}.')
     for f in fields:
-        chat[-1][f] = chat[-1][f] + _CONTINUE_TAG
+        last[f] = last[f] + _CONTINUE_TAG
     return final
 
 
