@@ -205,7 +205,7 @@ def mod(left: Any, right: Any) -> Any:
 
 def concat(parts: Iterable[Any]) -> str:
     """The ``~`` operator: join the string forms of ``parts``."""
-    result = "".join([str(part) for part in parts])
+    result = "".join(map(str, parts))
     if len(result) > FAST_SIZE:
         _ACTIVE.get().check_size(len(result), "a string")
     return result

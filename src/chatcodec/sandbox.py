@@ -260,6 +260,8 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             lipsum=_lipsum,
         )
         self._safe = _safe_attributes(self)
+        _TRUSTED.update(id(value) for value in self.globals.values() if not isinstance(value, (TemplateDict, type)))
+        _TRUSTED.add(id(TemplateNamespace))
         self.fast_getattr = self.getattr
         self.fast_getitem = self.getitem
 
@@ -307,6 +309,10 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
         return None if wrapped is None else limits.guard_format(wrapped, value.__self__)
+
+
+#: ids of the globals that are safe to call directly (they live as long as the module, so ids stay unique)
+_TRUSTED: set[int] = set()
 
 
 @jinja2.pass_context
