@@ -90,7 +90,9 @@ def main() -> int:
 
     manifest = json.loads((CORPUS / "manifest.json").read_text())["templates"]
     conversations = json.loads((CORPUS / "conversations.json").read_text())["conversations"]
-    print(f"chatcodec {chatcodec.__version__} vs transformers {transformers.__version__}; Python {sys.version.split()[0]}")
+    print(
+        f"chatcodec {chatcodec.__version__} vs transformers {transformers.__version__}; Python {sys.version.split()[0]}"
+    )
     print(f"{'template':<45} {'cases':>5} {'transformers':>13} {'chatcodec':>10} {'speed-up':>9}")
 
     per_template = []
@@ -140,7 +142,10 @@ def main() -> int:
     source = (CORPUS / qwen["file"]).read_text(encoding="utf-8")
     chat = [{"role": "system", "content": "You are helpful."}]
     for i in range(5):
-        chat += [{"role": "user", "content": f"Question {i}: what is {i}+{i}?"}, {"role": "assistant", "content": f"{2 * i}."}]
+        chat += [
+            {"role": "user", "content": f"Question {i}: what is {i}+{i}?"},
+            {"role": "assistant", "content": f"{2 * i}."},
+        ]
     template = chatcodec.ChatTemplate(source, special_tokens=qwen["special_tokens"])
     tokenizer = reference_tokenizer(qwen["special_tokens"])
     tokenizer.chat_template = source

@@ -230,6 +230,10 @@ def _join_cost(separator: str, items: Sequence[Any]) -> int:
     return len(separator) * len(items) + sum(len(i) for i in items if isinstance(i, _SIZED))
 
 
+#: str methods whose result can be far longer than the string itself
+SIZED_STR_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs", "replace", "join"})
+
+
 def call_str_method(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call a bound ``str`` method, refusing widths, tab sizes and replacements that would explode."""
     name = method.__name__

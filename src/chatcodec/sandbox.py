@@ -167,6 +167,7 @@ class _CodeGenerator(CodeGenerator):
         self.writeline("Macro = environment.macro_class")
         for name in ("getattr", "getitem", "add", "mul", "power", "mod", "concat"):
             self.writeline(f"_cc_{name} = environment.fast_{name}")
+        self.writeline("_cc_call_method = environment.call_method")
 
     @optimizeconst
     def visit_Getattr(self, node: nodes.Getattr, frame: Frame) -> None:
@@ -184,6 +185,24 @@ class _CodeGenerator(CodeGenerator):
         self.write(", ")
         self.visit(node.arg, frame)
         self.write(")")
+
+    def visit_Call(self, node: nodes.Call, frame: Frame, forward_caller: bool = False) -> None:
+        method = node.node
+        if forward_caller or not isinstance(method, nodes.Getattr) or node.kwargs or node.dyn_args or node.dyn_kwargs:
+            super().visit_Call(node, frame, forward_caller=forward_caller)
+            return
+        # `x.strip('\n')`: look the method up and call it in one step (environment.call_method)
+        self.write("_cc_call_method(context, ")
+        self.visit(method.node, frame)
+        self.write(f", {method.attr!r}, (")
+        for arg in node.args:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("), ")
+        extra = [
+            f"{k!r}: {k}" for k, on in (("_loop_vars", frame.loop_frame), ("_block_vars", frame.block_frame)) if on
+        ]
+        self.write("{" + ", ".join(extra) + "})" if extra else "None)")
 
     @optimizeconst
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
@@ -306,10 +325,30 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             return __obj(*args, **kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 
+    def call_method(self, context: Any, obj: Any, name: str, args: tuple[Any, ...], extra: Any) -> Any:
+        """``obj.name(*args)`` from a template: ``call(context, getattr(obj, name), *args)`` in one step."""
+        kind = type(obj)
+        if kind is str:
+            method = _STR_METHODS.get(name)
+            if method is not None:
+                return method(obj, *args)
+        elif kind is dict or kind is list:
+            if self._safe.get((kind, name)):
+                return getattr(obj, name)(*args)
+        return self.call(context, self.getattr(obj, name), *args, **(extra or {}))
+
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
         return None if wrapped is None else limits.guard_format(wrapped, value.__self__)
 
+
+#: str methods a template may call directly: every public one but format/format_map (which the sandbox wraps)
+#: and those whose result can be much larger than the string (limits.call_str_method checks those)
+_STR_METHODS = {
+    name: getattr(str, name)
+    for name in dir(str)
+    if not name.startswith("_") and name not in _STR_FORMAT and name not in limits.SIZED_STR_METHODS
+}
 
 #: ids of the globals that are safe to call directly (they live as long as the module, so ids stay unique)
 _TRUSTED: set[int] = set()
