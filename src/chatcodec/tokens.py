@@ -171,14 +171,16 @@ class Codec:
         self.tokenizer = tokenizer
         self._vocab = _Vocabulary(tokenizer, split_special_tokens) if tokenizer is not None else None
         sources = "\0".join(template.sources.values())
-        if control_tokens is not None:
-            chosen = {t for t in control_tokens if isinstance(t, str) and t}
+        self._given_control = None if control_tokens is None else frozenset(t for t in control_tokens if t)
+        if self._given_control is not None:
+            chosen = set(self._given_control)
         elif self._vocab is not None:
-            chosen = set(self._vocab.special) | {
-                t for t in self._vocab.added if t in sources and not t.isspace() and t not in self._vocab.special
-            }
+            chosen = self._vocab.control_for(sources)
         else:
             chosen = {t for t in template.special_tokens.values() if t}
+        self._set_control(chosen, sources)
+
+    def _set_control(self, chosen: Iterable[str], sources: str) -> None:
         self.control_tokens: frozenset[str] = frozenset(chosen)
         longest_first = sorted(self.control_tokens, key=len, reverse=True)
         # one pass finds control tokens and the private-use characters escapes must not collide with
@@ -244,6 +246,18 @@ class Codec:
         if add_special_tokens:
             runs = vocab.add_missing_special_tokens(runs)
         return Encoding(self, text, runs, escaped, (messages, options, rendered, escapes))
+
+    def with_template(self, template: ChatTemplate) -> Codec:
+        """The same tokenizer (and its cache) with another template, e.g. a training template with tags."""
+        codec = Codec(template, None)
+        codec.tokenizer, codec._vocab = self.tokenizer, self._vocab
+        if self._vocab is not None and self._given_control is None:
+            sources = "\0".join(template.sources.values())
+            codec._set_control(self._vocab.control_for(sources), sources)
+        else:
+            codec._set_control(self.control_tokens, "\0".join(template.sources.values()))
+        codec._given_control = self._given_control
+        return codec
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         """The text of ``ids``, as the tokenizer decodes it."""
@@ -503,6 +517,10 @@ class _Vocabulary:
         self.split_special_tokens = split_special_tokens
         self._cache: dict[tuple[str, bool], tuple[list[int], Any, int]] = {}
         self._affixes: tuple[list[int], list[int]] | None = None
+
+    def control_for(self, sources: str) -> set[str]:
+        """Special tokens, and the added tokens the template text holds (not whitespace)."""
+        return set(self.special) | {t for t in self.added if t in sources and not t.isspace()}
 
     def tokenize(self, rendered: str, escapes: dict[str, str]) -> tuple[list[_Run], str, list[tuple[int, int]]]:
         """The runs of the prompt, its text with escapes restored, and the escaped character spans."""
