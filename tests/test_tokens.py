@@ -179,7 +179,7 @@ def _corpus_codec(template_name: str, extra: tuple[str, ...] = ()) -> Codec:
     require_shared()
     if "base" not in _SYNTHETIC:
         declared = sorted({t for entry in manifest().values() for t in entry["special_tokens"].values() if t})
-        family = ["<start_of_turn>", "<end_of_turn>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[SYSTEM_PROMPT]"]
+        family = ["<start_of_turn>", "<end_of_turn>", "<|turn>", "<turn|>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]"]
         _SYNTHETIC["base"] = Codec(ChatTemplate("{{ messages }}"), _synthetic_tokenizer(declared + family))
     entry = manifest()[template_name]
     return _SYNTHETIC["base"].with_template(

@@ -57,6 +57,8 @@ class Layout:
     special: re.Pattern[str]
     added: re.Pattern[str]
     header_cuts: list[int] = field(default_factory=list)
+    #: the header ends with a control token, which the turn's text closes (Qwen3.5's ``<think>\n``)
+    header_opens: bool = False
 
 
 def layout(
@@ -89,7 +91,8 @@ def layout(
         failure = found
     header = _generation_header(codec, chat, roles, options)
     cuts = _header_cuts(header, added) if header else []
-    return Layout(text, roles, anchors, header, generation_spans, failure, special, added, cuts)
+    opens = header is not None and any(m.end() == len(header.rstrip()) for m in added.finditer(header))
+    return Layout(text, roles, anchors, header, generation_spans, failure, special, added, cuts, opens)
 
 
 # --- the marked render -----------------------------------------------------------------------------------
@@ -309,6 +312,8 @@ def _after_reasoning(layout: Layout, start: int, resume: int, reasoning_anchors:
     text = layout.text
     if reasoning_anchors:
         cut = max(reasoning_anchors)
+    elif layout.header_opens:
+        cut = start  # the header opened the block: the turn starts inside it
     else:
         opener = layout.added.match(text, start + _spaces(text, start))
         if opener is None or opener.end() > resume:
