@@ -419,4 +419,6 @@ def message_token_spans(encoding: Encoding, layout: Layout) -> list[tuple[int, i
 
 
 def _alternation(texts: set[str]) -> re.Pattern[str]:
-    return re.compile("|".join(map(re.escape, sorted(texts, key=len, reverse=True))) or "(?!)")
+    from .vocab import alternation
+
+    return re.compile(alternation(texts))

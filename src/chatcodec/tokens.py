@@ -11,7 +11,7 @@ A :class:`Codec` is a :class:`~chatcodec.ChatTemplate` plus a tokenizer from the
   template's own text still gets its special tokens. Each control-token occurrence in content is swapped
   for an inert private-use character before rendering; the template text is then split at its real
   control tokens, and each stretch of text between them is encoded by the model alone, with the
-  original token text put back (:class:`_Vocabulary`).
+  original token text put back (:class:`Vocabulary`).
 * **it is fast.** Those stretches are cached, so the turns a growing chat already had cost a lookup.
 
 Masks and per-message spans are computed on first use (:mod:`chatcodec.masks`).
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .exceptions import InputError, LoadError, SpecialTokenError
 from .render import ChatTemplate, plain
 from .templates import load_template
+from .vocab import Run, Vocabulary, alternation
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -43,10 +44,6 @@ _POLICIES = ("escape", "reject", "allow")
 #: escapes use plane-16 private-use characters; the masks use plane 15 (see chatcodec.masks)
 _ESCAPE_FIRST, _ESCAPE_LAST = 0x100000, 0x10FFFD
 _ESCAPE_RANGE = "[\U00100000-\U0010fffd]"
-#: what separates a stretch of text from "the start of the input" for tokenizers that treat the start specially
-_SEPARATOR = "\U0010fffe"
-#: how many stretches of text a codec remembers the tokens of
-CACHE_SIZE = 16384
 
 
 # --- loading -------------------------------------------------------------------------------------------
@@ -169,7 +166,7 @@ class Codec:
             raise InputError(f"Codec needs a ChatTemplate, not {type(template).__name__}.")
         self.template = template
         self.tokenizer = tokenizer
-        self._vocab = _Vocabulary(tokenizer, split_special_tokens) if tokenizer is not None else None
+        self._vocab = Vocabulary(tokenizer, split_special_tokens) if tokenizer is not None else None
         sources = "\0".join(template.sources.values())
         self._given_control = None if control_tokens is None else frozenset(t for t in control_tokens if t)
         if self._given_control is not None:
@@ -182,9 +179,8 @@ class Codec:
 
     def _set_control(self, chosen: Iterable[str], sources: str) -> None:
         self.control_tokens: frozenset[str] = frozenset(chosen)
-        longest_first = sorted(self.control_tokens, key=len, reverse=True)
         # one pass finds control tokens and the private-use characters escapes must not collide with
-        self._scanner = re.compile("|".join([*map(re.escape, longest_first), _ESCAPE_RANGE]))
+        self._scanner = re.compile(f"{alternation(self.control_tokens)}|{_ESCAPE_RANGE}")
         self._reserved = set(re.findall(_ESCAPE_RANGE, sources))
 
     def __repr__(self) -> str:
@@ -265,7 +261,7 @@ class Codec:
 
     # --- internals ---------------------------------------------------------------------------------------
 
-    def _require_tokenizer(self) -> _Vocabulary:
+    def _require_tokenizer(self) -> Vocabulary:
         if self._vocab is None:
             raise LoadError(
                 "This codec has a chat template but no tokenizer (a .gguf gives only its template)."
@@ -380,7 +376,7 @@ class Encoding:
         self,
         codec: Codec,
         text: str,
-        runs: list[_Run],
+        runs: list[Run],
         escaped: list[tuple[int, int]],
         render_state: tuple[Any, dict[str, Any], str, dict[str, str]],
     ) -> None:
@@ -449,222 +445,3 @@ class Encoding:
             messages, options, rendered, escapes = self._render_state
             self._layout = masks.layout(self._codec, messages, options, rendered, escapes, self.text)
         return self._layout
-
-
-# --- tokenizing the prompt -----------------------------------------------------------------------------
-
-
-class _Run:
-    """Consecutive tokens of the prompt: one control token, or one stretch of text encoded by the model.
-
-    ``width`` is the text length of a control token, or -1 for tokens the prompt's text does not hold
-    (added by ``add_special_tokens``); a stretch of text has its tokenizers ``Encoding``, read only when
-    offsets are asked for, with ``skip`` separator tokens in front.
-    """
-
-    __slots__ = ("encoding", "ids", "skip", "start", "width")
-
-    def __init__(self, start: int, ids: list[int], *, encoding: Any = None, skip: int = 0, width: int = 0) -> None:
-        self.start = start
-        self.ids = ids
-        self.encoding = encoding
-        self.skip = skip
-        self.width = width
-
-    def offsets(self) -> list[tuple[int, int]]:
-        if self.encoding is None:
-            if self.width < 0:
-                return [(0, 0)] * len(self.ids)
-            return [(self.start, self.start + self.width)]
-        shift = self.start - (len(_SEPARATOR) if self.skip else 0)
-        return [(s + shift, e + shift) for s, e in self.encoding.offsets[self.skip :]]
-
-
-class _Vocabulary:
-    """The tokenizer, split in two: control tokens matched in the prompt, and the model for plain text.
-
-    When every added token matches plainly (no ``lstrip``/``rstrip``/``single_word``, no normalization),
-    the prompt is split at added tokens with a regex, exactly where the tokenizers library splits it, and
-    each stretch of text between them is encoded by a copy of the tokenizer that has no added tokens.
-    Stretches are cached. Other tokenizers encode the whole prompt at once (:meth:`_tokenize_whole`).
-    """
-
-    def __init__(self, tokenizer: Tokenizer, split_special_tokens: bool) -> None:
-        from tokenizers import AddedToken, Tokenizer
-
-        self.full = tokenizer
-        added = tokenizer.get_added_tokens_decoder()
-        self.added: dict[str, int] = {token.content: index for index, token in added.items()}
-        self.special: frozenset[str] = frozenset(token.content for token in added.values() if token.special)
-        matched = [t for t in self.added if not (split_special_tokens and t in self.special)]
-        plain_flags = all(
-            not (t.lstrip or t.rstrip or t.single_word or (t.normalized and tokenizer.normalizer is not None))
-            for t in added.values()
-        )
-        self.splitter = (
-            re.compile("|".join(map(re.escape, sorted(matched, key=len, reverse=True))) or "(?!)")
-            if plain_flags
-            else None
-        )
-        spec = json.loads(tokenizer.to_str())
-        spec["added_tokens"] = []
-        self.plain = Tokenizer.from_str(json.dumps(spec))
-        self.plain.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
-        self.separator_id = self.plain.token_to_id(_SEPARATOR)
-        # a tokenizer that treats the start of the input specially (Metaspace prepend_scheme="first")
-        # encodes each later stretch behind a separator, so the stretch is not at the start
-        self.start_sensitive = _has_first_only_prefix(spec.get("pre_tokenizer"))
-        self.split_special_tokens = split_special_tokens
-        self._cache: dict[tuple[str, bool], tuple[list[int], Any, int]] = {}
-        self._affixes: tuple[list[int], list[int]] | None = None
-
-    def control_for(self, sources: str) -> set[str]:
-        """Special tokens, and the added tokens the template text holds (not whitespace)."""
-        return set(self.special) | {t for t in self.added if t in sources and not t.isspace()}
-
-    def tokenize(self, rendered: str, escapes: dict[str, str]) -> tuple[list[_Run], str, list[tuple[int, int]]]:
-        """The runs of the prompt, its text with escapes restored, and the escaped character spans."""
-        if self.splitter is None:
-            return self._tokenize_whole(rendered, escapes)
-        restore = re.compile("|".join(map(re.escape, escapes))) if escapes else None
-        pieces: list[tuple[str, bool, int]] = []  # (text, is_control_token, start in the restored text)
-        escaped: list[tuple[int, int]] = []
-        position = at = 0
-        for match in self.splitter.finditer(rendered):
-            if match.start() > at:
-                position = self._text_piece(rendered[at : match.start()], position, restore, escapes, pieces, escaped)
-            pieces.append((match.group(), True, position))
-            position += len(match.group())
-            at = match.end()
-        if at < len(rendered):
-            self._text_piece(rendered[at:], position, restore, escapes, pieces, escaped)
-
-        cache = self._cache
-        keys = [(text, self.start_sensitive and start == 0) for text, control, start in pieces if not control]
-        missing = list(dict.fromkeys(k for k in keys if k not in cache))
-        if missing:
-            self._encode_missing(missing)
-        runs = []
-        for text, control, start in pieces:
-            if control:
-                runs.append(_Run(start, [self.added[text]], width=len(text)))
-            else:
-                ids, encoding, skip = cache[(text, self.start_sensitive and start == 0)]
-                runs.append(_Run(start, ids, encoding=encoding, skip=skip))
-        return runs, "".join(text for text, _, _ in pieces), escaped
-
-    def _text_piece(
-        self,
-        text: str,
-        position: int,
-        restore: re.Pattern[str] | None,
-        escapes: dict[str, str],
-        pieces: list[tuple[str, bool, int]],
-        escaped: list[tuple[int, int]],
-    ) -> int:
-        if restore is not None and restore.search(text):
-            parts = []
-            cursor = 0
-            for match in restore.finditer(text):
-                parts.append(text[cursor : match.start()])
-                start = position + sum(map(len, parts))
-                original = escapes[match.group()]
-                parts.append(original)
-                escaped.append((start, start + len(original)))
-                cursor = match.end()
-            parts.append(text[cursor:])
-            text = "".join(parts)
-        pieces.append((text, False, position))
-        return position + len(text)
-
-    def _encode_missing(self, keys: list[tuple[str, bool]]) -> None:
-        inputs = [text if first or not self.start_sensitive else _SEPARATOR + text for text, first in keys]
-        if len(inputs) == 1:
-            encodings = [self.plain.encode(inputs[0], add_special_tokens=False)]
-        else:  # the tokenizers library spreads a batch over threads
-            encodings = self.plain.encode_batch(inputs, add_special_tokens=False)
-        if len(self._cache) + len(keys) > CACHE_SIZE:
-            self._cache.clear()  # a rough bound: chats repeat their recent stretches, not old ones
-        for key, encoding, text in zip(keys, encodings, inputs, strict=True):
-            skip = 1 if text.startswith(_SEPARATOR) else 0
-            self._cache[key] = (encoding.ids[skip:], encoding, skip)
-
-    def _tokenize_whole(self, rendered: str, escapes: dict[str, str]) -> tuple[list[_Run], str, list[tuple[int, int]]]:
-        """For tokenizers whose added tokens strip whitespace or are normalized: one encode of the prompt.
-
-        Escaped control tokens are then found among the tokens, and the stretch between the real control
-        tokens around each is encoded again as plain text.
-        """
-        escaped: list[tuple[int, int]] = []
-        text = rendered
-        if escapes:
-            restore = re.compile("|".join(map(re.escape, escapes)))
-            parts, cursor, length = [], 0, 0
-            for match in restore.finditer(rendered):
-                parts.append(rendered[cursor : match.start()])
-                length += match.start() - cursor
-                parts.append(escapes[match.group()])
-                escaped.append((length, length + len(parts[-1])))
-                length += len(parts[-1])
-                cursor = match.end()
-            parts.append(rendered[cursor:])
-            text = "".join(parts)
-        whole = self.full.encode(text, add_special_tokens=False)
-        if not escaped:
-            return [_Run(0, whole.ids, encoding=whole)], text, escaped
-        ids, offsets = whole.ids, whole.offsets
-        added_ids = set(self.added.values())
-        runs: list[_Run] = []
-        cursor = 0
-        for token, (start, end) in zip(ids, offsets, strict=True):
-            if token not in added_ids or any(a < end and start < b for a, b in escaped):
-                continue  # text, or an escaped token: both are encoded again below as plain text
-            if start > cursor:
-                runs.append(self._plain_run(text[cursor:start], cursor))
-            runs.append(_Run(start, [token], width=end - start))
-            cursor = end
-        if cursor < len(text):
-            runs.append(self._plain_run(text[cursor:], cursor))
-        return runs, text, escaped
-
-    def _plain_run(self, text: str, start: int) -> _Run:
-        lead = _SEPARATOR if start and self.start_sensitive else ""
-        encoding = self.plain.encode(lead + text, add_special_tokens=False)
-        skip = 1 if lead else 0
-        return _Run(start, encoding.ids[skip:], encoding=encoding, skip=skip)
-
-    def check_escapes(self, runs: list[_Run], escaped: list[tuple[int, int]], control: frozenset[str]) -> None:
-        """Escaped text must not come out as a control token even from the model's own merges."""
-        control_ids = {self.added[t] for t in control if t in self.added}
-        for run in runs:
-            if run.encoding is None or not control_ids.intersection(run.ids):
-                continue
-            for token, (s, e) in zip(run.ids, run.offsets(), strict=True):
-                if token in control_ids and any(a < e and s < b for a, b in escaped):
-                    raise SpecialTokenError(
-                        f"Cannot escape {self.full.id_to_token(token)!r}: the tokenizer produces it from plain text."
-                    )
-
-    def add_missing_special_tokens(self, runs: list[_Run]) -> list[_Run]:
-        """Prepend and append what the post-processor adds (BOS, EOS), unless the prompt has it already."""
-        if self._affixes is None:
-            bare = self.full.encode("a", add_special_tokens=False).ids
-            full = self.full.encode("a", add_special_tokens=True).ids
-            at = next((i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare), 0)
-            self._affixes = (full[:at], full[at + len(bare) :])
-        prefix, suffix = self._affixes
-        ids = [i for run in runs for i in run.ids]
-        if prefix and ids[: len(prefix)] != prefix:
-            runs = [_Run(0, list(prefix), width=-1), *runs]
-        if suffix and ids[-len(suffix) :] != suffix:
-            runs = [*runs, _Run(0, list(suffix), width=-1)]
-        return runs
-
-
-def _has_first_only_prefix(pre_tokenizer: Any) -> bool:
-    """Whether a pre-tokenizer prepends its space marker to the start of the input only."""
-    if not isinstance(pre_tokenizer, dict):
-        return False
-    if pre_tokenizer.get("type") == "Metaspace":
-        return pre_tokenizer.get("prepend_scheme") == "first"
-    return any(_has_first_only_prefix(p) for p in pre_tokenizer.get("pretokenizers") or [])
