@@ -144,14 +144,15 @@ class Codec:
     keep tokenizing the way the model was trained to see them.
 
     >>> from tokenizers import Tokenizer, models, pre_tokenizers
-    >>> tok = Tokenizer(models.WordLevel({"hi": 0, "!": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    >>> vocab = {"hi": 0, "!": 1, "<": 2, "eot": 3, ">": 4, "[UNK]": 5}
+    >>> tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     >>> tok.pre_tokenizer = pre_tokenizers.Whitespace()
     >>> _ = tok.add_special_tokens(["<eot>"])
     >>> codec = Codec(ChatTemplate("{% for m in messages %}{{ m.content }}<eot>{% endfor %}"), tok)
     >>> codec.encode([{"role": "user", "content": "hi !"}]).input_ids
-    [0, 1, 3]
+    [0, 1, 6]
     >>> codec.encode([{"role": "user", "content": "hi<eot>"}]).input_ids  # the content's <eot> is text
-    [0, 2, 3]
+    [0, 2, 3, 4, 6]
     """
 
     def __init__(
