@@ -114,11 +114,11 @@ def main() -> int:
                     continue
                 assert template.render(messages, tools=tools, now=NOW, **options) == expected
 
-                def theirs(m: Any = messages, t: Any = tools, o: Any = options) -> Any:
-                    return tokenizer.apply_chat_template(m, tools=t, tokenize=False, **o)
+                def theirs(m: Any = messages, t: Any = tools, o: Any = options, tok: Any = tokenizer) -> Any:
+                    return tok.apply_chat_template(m, tools=t, tokenize=False, **o)
 
-                def ours(m: Any = messages, t: Any = tools, o: Any = options) -> Any:
-                    return template.render(m, tools=t, now=NOW, **o)
+                def ours(m: Any = messages, t: Any = tools, o: Any = options, chat: Any = template) -> Any:
+                    return chat.render(m, tools=t, now=NOW, **o)
 
                 theirs_times.append(per_call(theirs, budget, repeats))
                 ours_times.append(per_call(ours, budget, repeats))

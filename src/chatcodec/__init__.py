@@ -11,6 +11,7 @@ from .exceptions import DecodeError as DecodeError
 from .exceptions import InputError as InputError
 from .exceptions import LimitError as LimitError
 from .exceptions import LoadError as LoadError
+from .exceptions import MaskError as MaskError
 from .exceptions import SandboxError as SandboxError
 from .exceptions import SchemaError as SchemaError
 from .exceptions import SpecialTokenError as SpecialTokenError
@@ -23,17 +24,23 @@ from .limits import Limits as Limits
 from .render import ChatTemplate as ChatTemplate
 from .templates import builtin_templates as builtin_templates
 from .templates import load_template as load_template
+from .tokens import Codec as Codec
+from .tokens import Encoding as Encoding
+from .tokens import load as load
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ChatTemplate",
     "ChatcodecError",
+    "Codec",
     "DecodeError",
+    "Encoding",
     "InputError",
     "LimitError",
     "Limits",
     "LoadError",
+    "MaskError",
     "SandboxError",
     "SchemaError",
     "SpecialTokenError",
@@ -43,5 +50,6 @@ __all__ = [
     "TemplateRuntimeError",
     "TemplateSyntaxError",
     "builtin_templates",
+    "load",
     "load_template",
 ]

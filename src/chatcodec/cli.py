@@ -98,14 +98,17 @@ def _parser() -> argparse.ArgumentParser:
     templates = commands.add_parser("templates", help="list the built-in templates")
     templates.set_defaults(handler=_cmd_templates)
 
-    for name, (help_text, configure) in _EXTRA_COMMANDS.items():
+    for name, (help_text, configure) in _extra_commands().items():
         sub = commands.add_parser(name, help=help_text)
         configure(sub)
     return parser
 
 
-#: commands contributed by other modules: name -> (help, configure(subparser)); filled below
-_EXTRA_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
+def _extra_commands() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]:
+    """Commands whose logic lives beside the capability they drive: name -> (help, configure(subparser))."""
+    from . import tokenize_cli
+
+    return {"tokenize": (tokenize_cli.HELP, tokenize_cli.configure)}
 
 
 # --- reading input ---------------------------------------------------------------------------------

@@ -332,9 +332,8 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             method = _STR_METHODS.get(name)
             if method is not None:
                 return method(obj, *args)
-        elif kind is dict or kind is list:
-            if self._safe.get((kind, name)):
-                return getattr(obj, name)(*args)
+        elif (kind is dict or kind is list) and self._safe.get((kind, name)):
+            return getattr(obj, name)(*args)
         return self.call(context, self.getattr(obj, name), *args, **(extra or {}))
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
