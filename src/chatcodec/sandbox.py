@@ -316,12 +316,25 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         return super().getitem(obj, argument)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        # Methods of plain values were vetted when they were looked up (mutators never get this far).
-        if type(__obj) is _BuiltinMethod and type(__obj.__self__) in _PLAIN_TYPES:
+        kind = type(__obj)
+        # Methods of plain values were vetted when they were looked up (mutators never get this far);
+        # macros, `loop` methods and our own globals are safe and take no context. Anything else gets
+        # jinja2's full checks.
+        if kind is _BuiltinMethod:
+            owner = type(__obj.__self__)
+            if owner in _PLAIN_TYPES:
+                kwargs.pop("_loop_vars", None)
+                kwargs.pop("_block_vars", None)
+                if owner is str:
+                    return limits.call_str_method(__obj, args, kwargs)
+                return __obj(*args, **kwargs)
+        elif (
+            kind is _BudgetedMacro
+            or id(__obj) in _TRUSTED
+            or (kind is types.MethodType and type(__obj.__self__) is LoopContext)
+        ):
             kwargs.pop("_loop_vars", None)
             kwargs.pop("_block_vars", None)
-            if type(__obj.__self__) is str:
-                return limits.call_str_method(__obj, args, kwargs)
             return __obj(*args, **kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 
