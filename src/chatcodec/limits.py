@@ -288,13 +288,6 @@ def guard_filters(filters: dict[str, Callable[..., Any]]) -> None:
         wrapstring = kw.get("wrapstring", wrapstring)
         return len(str(s)) * (2 + (len(str(wrapstring)) if wrapstring else 1))
 
-    def tojson(value: Any, ensure_ascii: Any = False, indent: Any = None, separators: Any = None, **_: Any) -> int:
-        per_line = len(indent) if isinstance(indent, str) else indent if isinstance(indent, int) else 0
-        per_item = per_line + sum(len(s) for s in separators or () if isinstance(s, str))
-        if per_item <= 16:
-            return 0  # at most a constant factor over the input, which is already bounded
-        return _json_nodes(value) * (per_item + 1) * _json_depth(value)
-
     guarded("center", width)
     guarded("indent", indent)
     guarded("replace", replace)
@@ -302,7 +295,14 @@ def guard_filters(filters: dict[str, Callable[..., Any]]) -> None:
     guarded("batch", count_arg)
     guarded("slice", count_arg)
     guarded("wordwrap", wordwrap)
-    guarded("tojson", tojson)
+
+
+def check_json_layout(value: Any, indent: Any, separators: Any) -> None:
+    """Refuse ``tojson`` layouts (huge indents or separators) that would blow the output up."""
+    per_line = len(indent) if isinstance(indent, str) else indent if isinstance(indent, int) else 0
+    per_item = per_line + sum(len(s) for s in separators or () if isinstance(s, str))
+    if per_item > 16:  # below that, the output stays within a constant factor of the (bounded) input
+        check_size(_json_nodes(value) * (per_item + 1) * _json_depth(value), "the result of |tojson")
 
 
 def _json_nodes(value: Any) -> int:
