@@ -213,12 +213,12 @@ def plain(value: Any) -> Any:
         return value
     if kind is dict:
         for k, v in value.items():
-            if type(k) is not str or (type(v) is not str and plain(v) is not v):
+            if type(k) is not str or (type(v) not in _SCALARS and plain(v) is not v):
                 return {plain(k): plain(v) for k, v in value.items()}
         return value
     if kind is list:
         for v in value:
-            if type(v) is not str and plain(v) is not v:
+            if type(v) not in _SCALARS and plain(v) is not v:
                 return [plain(v) for v in value]
         return value
     return _convert(value)
