@@ -116,9 +116,26 @@ def check_size(size: int, what: str = "a value") -> None:
 # --- loops and macros -------------------------------------------------------------------------------
 
 
-def counted(iterable: Iterable[Any]) -> Iterator[Any]:
-    """Iterate ``iterable``, spending one step per item (every ``{% for %}`` goes through this)."""
+#: iterables whose length is known up front: a loop over one is charged all its steps when it starts
+_SIZED_ITERABLES = frozenset({list, tuple, dict, str, range, type({}.keys()), type({}.values()), type({}.items())})
+
+
+def counted(iterable: Iterable[Any]) -> Iterable[Any]:
+    """What every ``{% for %}`` iterates: ``iterable``, with one step spent per item.
+
+    A list, dict, string or range is charged in full when the loop starts and iterated as it is; other
+    iterables (filter results) are wrapped to spend a step per item as they are produced.
+    """
     budget = _ACTIVE.get()
+    if type(iterable) in _SIZED_ITERABLES:
+        budget.steps -= len(iterable) + 1  # type: ignore[arg-type]
+        if budget.steps <= 0:
+            budget.tick()
+        return iterable
+    return _counted_items(iterable, budget)
+
+
+def _counted_items(iterable: Iterable[Any], budget: Budget) -> Iterator[Any]:
     for item in iterable:
         budget.steps -= 1
         if budget.steps <= 0:

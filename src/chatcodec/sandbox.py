@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from functools import lru_cache
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
@@ -385,7 +385,7 @@ _TRUSTED: set[int] = set()
 
 
 @jinja2.pass_context
-def _counted(_context: Any, iterable: Any) -> Iterator[Any]:
+def _counted(_context: Any, iterable: Any) -> Iterable[Any]:
     # pass_context keeps jinja2 from evaluating the loop at compile time
     return limits.counted(iterable)
 
