@@ -277,10 +277,14 @@ def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
     for index, message in enumerate(messages):
         if type(message) is not dict:
             message = _message_as_dict(message, index)
-        converted = plain(message)
-        if None in converted.values():
-            # keys whose value is None are dropped (§5.1); a message passed through as-is is copied first
-            converted = {k: v for k, v in converted.items() if v is not None}
+        converted = message
+        for key, value in message.items():
+            if type(value) is str and type(key) is str:
+                continue
+            if value is None or type(key) is not str or (type(value) not in _SCALARS and plain(value) is not value):
+                # a copy, plain, without the keys whose value is None (§5.1); most messages need none of it
+                converted = {plain(k): plain(v) for k, v in message.items() if v is not None}
+                break
         if "reasoning_content" in converted or "thinking" in converted or "reasoning" in converted:
             reasoning = next((converted[k] for k in _REASONING_FIELDS if converted.get(k) is not None), None)
             if reasoning is not None:
