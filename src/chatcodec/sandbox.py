@@ -363,6 +363,8 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             method = _STR_METHODS.get(name)
             if method is not None:
                 return method(obj, *args)
+            if name in limits.SIZED_STR_METHODS:
+                return limits.call_str_method(getattr(obj, name), args, {})
         elif (kind is dict or kind is list) and self._safe.get((kind, name)):
             return getattr(obj, name)(*args)
         return self.call(context, self.getattr(obj, name), *args, **(extra or {}))
