@@ -62,7 +62,8 @@ class ChatTemplate:
                 f"A chat template is Jinja text or a mapping of names to Jinja text, not {type(source).__name__}."
             )
         self.name = name
-        self.special_tokens: dict[str, str] = dict(special_tokens or {})
+        self.special_tokens: dict[str, str] = plain(dict(special_tokens or {}))
+        self._only_default = list(self._sources) == ["default"]
         self.limits = limits or DEFAULT_LIMITS
         self._compiled: dict[str, sandbox.Compiled] = {}
         if "default" in self._sources:
@@ -171,7 +172,7 @@ class ChatTemplate:
         *,
         track_generation: bool,
     ) -> tuple[str, list[tuple[int, int]]]:
-        key = self._select(chat_template, tools)
+        key = "default" if chat_template is None and self._only_default else self._select(chat_template, tools)
         compiled = self._compile(key)
 
         if isinstance(messages, (list, tuple)) and not messages:
@@ -183,10 +184,10 @@ class ChatTemplate:
                 "when you want the model to continue the final message, and add_generation_prompt when you want "
                 "to add a header that will prompt it to start a new assistant message instead."
             )
-        variables = plain({**self.special_tokens, **template_kwargs})
+        variables = {**self.special_tokens, **plain(template_kwargs)} if template_kwargs else dict(self.special_tokens)
         variables["messages"] = chat
-        variables["tools"] = _tool_schemas(tools)
-        variables["documents"] = _documents(documents)
+        variables["tools"] = None if tools is None else _tool_schemas(tools)
+        variables["documents"] = None if documents is None else _documents(documents)
         variables["add_generation_prompt"] = add_generation_prompt
 
         continued = None

@@ -163,16 +163,19 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))
 _BuiltinMethod = types.BuiltinMethodType
 
 
-def _safe_attributes(env: ImmutableSandboxedEnvironment) -> dict[tuple[type, str], bool]:
-    """For each plain type (and ``loop``) and public attribute name, the sandbox's own verdict, asked once."""
+def _safe_attributes(env: ImmutableSandboxedEnvironment) -> dict[type, frozenset[str]]:
+    """For each plain type (and ``loop``), the public attributes the sandbox itself allows, asked once."""
     samples: list[Any] = [{}, [], "", 0, 0.0, False, None, (), LoopContext([], env.undefined)]
     table = {}
     for sample in samples:
-        for name in dir(sample):
-            if name.startswith("_") or (isinstance(sample, str) and name in _STR_FORMAT):
-                continue  # dunders stay on the slow path; str.format must be wrapped by the sandbox
-            value = getattr(sample, name)
-            table[(type(sample), name)] = ImmutableSandboxedEnvironment.is_safe_attribute(env, sample, name, value)
+        table[type(sample)] = frozenset(
+            name
+            for name in dir(sample)
+            # dunders stay on the slow path; str.format must be wrapped by the sandbox
+            if not name.startswith("_")
+            and not (isinstance(sample, str) and name in _STR_FORMAT)
+            and ImmutableSandboxedEnvironment.is_safe_attribute(env, sample, name, getattr(sample, name))
+        )
     return table
 
 
@@ -321,7 +324,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             attrs = object.__getattribute__(obj, "_Namespace__attrs")
             if attribute in attrs:
                 return attrs[attribute]
-        elif self._safe.get((kind, attribute)):
+        elif attribute in self._safe.get(kind, ()):
             return getattr(obj, attribute)
         return super().getattr(obj, attribute)
 
@@ -365,7 +368,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
                 return method(obj, *args)
             if name in limits.SIZED_STR_METHODS:
                 return limits.call_str_method(getattr(obj, name), args, {})
-        elif (kind is dict or kind is list) and self._safe.get((kind, name)):
+        elif (kind is dict or kind is list) and name in self._safe[kind]:
             return getattr(obj, name)(*args)
         return self.call(context, self.getattr(obj, name), *args, **(extra or {}))
 
