@@ -295,9 +295,6 @@ def guard_filters(filters: dict[str, Callable[..., Any]]) -> None:
         text, old, new = str(value), str(old), str(new)
         return len(text) + (text.count(old) if old else len(text) + 1) * len(new)
 
-    def join(_ctx: Any, value: Any, d: Any = "", *_: Any, **__: Any) -> int:
-        return _join_cost(str(d), value if isinstance(value, (list, tuple)) else [])
-
     def count_arg(value: Any, count: Any = 0, *_: Any, **__: Any) -> int:
         return count if isinstance(count, int) else 0
 
@@ -305,10 +302,19 @@ def guard_filters(filters: dict[str, Callable[..., Any]]) -> None:
         wrapstring = kw.get("wrapstring", wrapstring)
         return len(str(s)) * (2 + (len(str(wrapstring)) if wrapstring else 1))
 
+    original_join = filters["join"]
+
+    @wraps(original_join)
+    def join(eval_ctx: Any, value: Any, d: Any = "", attribute: Any = None) -> str:
+        items = list(value)  # a generator (from |map, say) has to be counted before it is joined
+        strings = items if attribute is None else [None] * len(items)  # attribute values: sized after
+        check_size(_join_cost(str(d), strings), "the result of |join")
+        return str(original_join(eval_ctx, items, d, attribute))
+
+    filters["join"] = join
     guarded("center", width)
     guarded("indent", indent)
     guarded("replace", replace)
-    guarded("join", join)
     guarded("batch", count_arg)
     guarded("slice", count_arg)
     guarded("wordwrap", wordwrap)
