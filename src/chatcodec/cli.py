@@ -14,20 +14,16 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from . import __version__
-from .exceptions import ChatcodecError
+from .exceptions import ChatcodecError, InputError
 from .render import ChatTemplate
 from .templates import builtin_templates, load_template
 
 __all__ = ["main"]
 
 EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """A mistake in what the user gave the command; printed as one line."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,8 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(args)
         return result
-    except (ChatcodecError, UsageError) as exc:
-        _fail(str(exc))
+    except ChatcodecError as exc:
+        return fail(str(exc))
     except BrokenPipeError:
         # `chatcodec render ... | head` closed the pipe early: not an error worth a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -49,10 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> int:
+    """Print ``message`` as the command's one error line; returns the exit code."""
     first_line = message.strip().splitlines()[0] if message.strip() else "failed"
     print(f"chatcodec: error: {first_line}", file=sys.stderr)
-    raise SystemExit(EXIT_USAGE)
+    return EXIT_USAGE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,30 +117,30 @@ def read_json(path: str, what: str) -> Any:
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UsageError(f"{what} file {path} does not exist") from None
+        raise InputError(f"{what} file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {what} from {label}: {exc}") from None
+        raise InputError(f"cannot read {what} from {label}: {exc}") from None
     if not text.strip():
-        raise UsageError(f"{what} input ({label}) is empty")
+        raise InputError(f"{what} input ({label}) is empty")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+        raise InputError(f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
 
 
 def chat_request(data: Any, label: str) -> dict[str, Any]:
     """Normalise a bare message list or an OpenAI chat request body to ``{"messages": [...], ...}``."""
     request = {"messages": data} if isinstance(data, list) else data
     if not isinstance(request, dict) or "messages" not in request:
-        raise UsageError(f'{label} must hold a list of messages or a request body with "messages"')
+        raise InputError(f'{label} must hold a list of messages or a request body with "messages"')
     messages = request["messages"]
     if not isinstance(messages, list) or not messages:
-        raise UsageError(f'"messages" in {label} must be a non-empty list')
+        raise InputError(f'"messages" in {label} must be a non-empty list')
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
-            raise UsageError(f"message {index} in {label} is {type(message).__name__}, not an object")
+            raise InputError(f"message {index} in {label} is {type(message).__name__}, not an object")
         if not isinstance(message.get("role"), str):
-            raise UsageError(f'message {index} in {label} has no "role"')
+            raise InputError(f'message {index} in {label} has no "role"')
     return request
 
 
@@ -152,7 +149,7 @@ def template_variables(assignments: Sequence[str]) -> dict[str, Any]:
     for assignment in assignments:
         key, sep, raw = assignment.partition("=")
         if not sep or not key.isidentifier():
-            raise UsageError(f"--var takes KEY=JSON, e.g. --var enable_thinking=false; got {assignment!r}")
+            raise InputError(f"--var takes KEY=JSON, e.g. --var enable_thinking=false; got {assignment!r}")
         try:
             variables[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -166,7 +163,7 @@ def parse_now(text: str | None) -> datetime | None:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        raise UsageError(f"--now takes an ISO date or date-time such as 2026-11-29T12:00, not {text!r}") from None
+        raise InputError(f"--now takes an ISO date or date-time such as 2026-11-29T12:00, not {text!r}") from None
 
 
 # --- render ------------------------------------------------------------------------------------------
@@ -178,7 +175,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     template = load_template(args.template)
     tools = read_json(args.tools, "tools") if args.tools else request.get("tools")
     if tools is not None and not isinstance(tools, list):
-        raise UsageError("tools must be a JSON list")
+        raise InputError("tools must be a JSON list")
 
     variables = dict(request.get("chat_template_kwargs") or {})
     variables.update(template_variables(args.var))
@@ -194,7 +191,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
         **variables,
     )
     if args.show:
-        sys.stdout.write(show_prompt(prompt, template, color=sys.stdout.isatty() or _force_color()) + "\n")
+        sys.stdout.write(show_prompt(prompt, template, color=color_wanted()) + "\n")
     else:
         sys.stdout.buffer.write(prompt.encode("utf-8"))
     sys.stdout.flush()
@@ -205,8 +202,11 @@ def _first(*values: Any) -> Any:
     return next(v for v in values if v is not None)
 
 
-def _force_color() -> bool:
-    return bool(os.environ.get("FORCE_COLOR")) and not os.environ.get("NO_COLOR")
+def color_wanted() -> bool:
+    """Colour on a terminal, or when FORCE_COLOR is set; never when NO_COLOR is."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    return sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
 
 
 #: text that looks like a control token: <|...|>, <｜...｜>, [INST]-style, <start_of_turn>-style, <s>, </s>

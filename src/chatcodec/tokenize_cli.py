@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from .exceptions import ChatcodecError, InputError, MaskError
+from . import cli
+from .exceptions import MaskError
 from .tokens import Encoding, load
 
 __all__ = ["configure", "main", "show_encoding"]
@@ -53,19 +52,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``chatcodec tokenize`` with ``argv``; every chatcodec error is one line on stderr and exit code 2."""
-    parser = argparse.ArgumentParser(prog="chatcodec tokenize")
-    configure(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ChatcodecError as exc:
-        print(f"chatcodec: error: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
-        return 2
+    return cli.main(["tokenize", *(sys.argv[1:] if argv is None else argv)])
 
 
 def run(args: argparse.Namespace) -> int:
     """The command itself: errors are raised as :class:`~chatcodec.ChatcodecError` for the caller to print."""
-    request = _read_request(args.file)
+    request = cli.chat_request(cli.read_json(args.file, "messages"), "stdin" if args.file == "-" else args.file)
     codec = load(args.model)
     encoding = codec.encode(
         request["messages"],
@@ -83,9 +75,8 @@ def run(args: argparse.Namespace) -> int:
         out["message_token_counts"] = _counts(encoding)
         print(json.dumps(out))
     elif args.show:
-        color = sys.stdout.isatty() or (bool(os.environ.get("FORCE_COLOR")) and not os.environ.get("NO_COLOR"))
-        roles = [m.get("role", "?") if isinstance(m, dict) else "?" for m in request["messages"]]
-        print(show_encoding(encoding, roles, color=color, reasoning=not args.no_reasoning))
+        roles = [m["role"] for m in request["messages"]]
+        print(show_encoding(encoding, roles, color=cli.color_wanted(), reasoning=not args.no_reasoning))
     else:
         print(" ".join(map(str, encoding.input_ids)))
     return 0
@@ -142,22 +133,6 @@ def _counts(encoding: Encoding) -> list[int] | None:
         return encoding.message_token_counts
     except MaskError:
         return None
-
-
-def _read_request(path: str) -> dict[str, Any]:
-    label = "stdin" if path == "-" else path
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"Cannot read the messages from {label}: {exc}.") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
-    request = {"messages": data} if isinstance(data, list) else data
-    if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-        raise InputError(f'{label} must hold a list of messages or a request body with "messages".')
-    return request
 
 
 if __name__ == "__main__":  # pragma: no cover
