@@ -177,17 +177,27 @@ class ChatTemplate:
 
         if isinstance(messages, (list, tuple)) and not messages:
             raise InputError("Cannot apply chat template to an empty conversation. Provide at least one message.")
-        chat = _normalize_messages(messages)
         if continue_final_message and add_generation_prompt:
             raise InputError(
                 "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message "
                 "when you want the model to continue the final message, and add_generation_prompt when you want "
                 "to add a header that will prompt it to start a new assistant message instead."
             )
-        variables = {**self.special_tokens, **plain(template_kwargs)} if template_kwargs else dict(self.special_tokens)
+        if now is not None and not isinstance(now, datetime):
+            raise InputError(f"now must be a datetime (it pins strftime_now), not {type(now).__name__}.")
+        try:
+            chat = _normalize_messages(messages)
+            variables = (
+                {**self.special_tokens, **plain(template_kwargs)} if template_kwargs else dict(self.special_tokens)
+            )
+            variables["tools"] = None if tools is None else _tool_schemas(tools)
+            variables["documents"] = None if documents is None else _documents(documents)
+        except RecursionError:
+            raise InputError(
+                "The messages, tools, documents or template variables nest too deeply or refer to themselves;"
+                " pass plain JSON-like data."
+            ) from None
         variables["messages"] = chat
-        variables["tools"] = None if tools is None else _tool_schemas(tools)
-        variables["documents"] = None if documents is None else _documents(documents)
         variables["add_generation_prompt"] = add_generation_prompt
 
         continued = None
