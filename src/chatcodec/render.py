@@ -80,7 +80,7 @@ class ChatTemplate:
         return dict(self._sources)
 
     def __repr__(self) -> str:
-        names = "" if list(self._sources) == ["default"] else f", templates={sorted(self._sources)}"
+        names = "" if self._only_default else f", templates={sorted(self._sources)}"
         return f"<ChatTemplate {self.name or 'unnamed'!r}{names}>"
 
     def render(
