@@ -380,3 +380,32 @@ def test_gguf_gives_the_template_and_a_tokenizer_only_when_given(tmp_path: Path)
         load(path).encode([{"role": "user", "content": "x"}])
     codec = load(path, tokenizer=TOKENIZERS / "qwen3")
     assert codec.encode([{"role": "user", "content": "x"}]).input_ids == [151644, 87, 151645]
+
+
+# --- the separator character ---------------------------------------------------------------------
+
+NONCHARACTER = "\U0010fffe"  # what the plain tokenizer of start-sensitive tokenizers uses internally
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
+def test_the_separator_character_in_content_is_plain_text(name: str) -> None:
+    """U+10FFFE in content never turns into a control token, and "allow" still equals transformers."""
+    codec = _codec(name)
+    messages = [{"role": "user", "content": f"a{NONCHARACTER}b {NONCHARACTER}"}]
+    expected = _transformers(name).apply_chat_template(messages, tokenize=True, return_dict=False)
+    assert codec.encode(messages, content_special_tokens="allow").input_ids == expected
+    escaped = codec.encode(messages)
+    assert escaped.input_ids == expected
+    template_only = codec.encode([{"role": "user", "content": "ab "}]).input_ids
+    control_ids = {codec.tokenizer.token_to_id(t) for t in codec.control_tokens}
+    assert [i for i in escaped.input_ids if i in control_ids] == [i for i in template_only if i in control_ids]
+
+
+def test_the_separator_character_with_a_start_sensitive_tokenizer() -> None:
+    tokenizer = _toy(pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first"))
+    codec = Codec(ChatTemplate("{% for m in messages %}{{ m.content }} <eot> {% endfor %}"), tokenizer)
+    messages = [{"role": "user", "content": f"ab{NONCHARACTER}a"}, {"role": "assistant", "content": "b"}]
+    rendered = codec.template.render(messages)
+    assert codec.encode(messages).input_ids == tokenizer.encode(rendered, add_special_tokens=False).ids
+    with pytest.raises(InputError, match="U\\+10FFFE"):
+        codec.encode([{"role": "user", "content": f"a<eot>{NONCHARACTER}b"}])

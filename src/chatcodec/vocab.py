@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import SpecialTokenError
+from .exceptions import InputError, SpecialTokenError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -77,11 +77,14 @@ class Vocabulary:
         spec = json.loads(tokenizer.to_str())
         spec["added_tokens"] = []
         self.plain = Tokenizer.from_str(json.dumps(spec))
-        self.plain.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
-        self.separator_id = self.plain.token_to_id(_SEPARATOR)
         # a tokenizer that treats the start of the input specially (Metaspace prepend_scheme="first")
-        # encodes each later stretch behind a separator, so the stretch is not at the start
+        # encodes each later stretch behind a separator, so the stretch is not at the start. The separator
+        # is an added token of the plain tokenizer only, and its id is the first free one, which the real
+        # tokenizer gives to one of its control tokens: text holding the separator character never goes
+        # through the plain tokenizer (see tokenize), and other tokenizers get no separator at all.
         self.start_sensitive = _has_first_only_prefix(spec.get("pre_tokenizer"))
+        if self.start_sensitive:
+            self.plain.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
         self.split_special_tokens = split_special_tokens
         self._cache: dict[tuple[str, bool], tuple[list[int], Any, int]] = {}
         self._affixes: tuple[list[int], list[int]] | None = None
@@ -92,7 +95,7 @@ class Vocabulary:
 
     def tokenize(self, rendered: str, escapes: dict[str, str]) -> tuple[list[Run], str, list[tuple[int, int]]]:
         """The runs of the prompt, its text with escapes restored, and the escaped character spans."""
-        if self.splitter is None:
+        if self.splitter is None or (self.start_sensitive and _SEPARATOR in rendered):
             return self._tokenize_whole(rendered, escapes)
         restore = re.compile("|".join(map(re.escape, escapes))) if escapes else None
         pieces: list[tuple[str, bool, int]] = []  # (text, is_control_token, start in the restored text)
@@ -197,6 +200,11 @@ class Vocabulary:
 
     def _plain_run(self, text: str, start: int) -> Run:
         lead = _SEPARATOR if start and self.start_sensitive else ""
+        if self.start_sensitive and _SEPARATOR in text:
+            raise InputError(
+                "Content that holds a control token also holds U+10FFFE, a Unicode noncharacter this tokenizer"
+                " cannot encode next to escaped text; remove the character."
+            )
         encoding = self.plain.encode(lead + text, add_special_tokens=False)
         skip = 1 if lead else 0
         return Run(start, encoding.ids[skip:], encoding=encoding, skip=skip)
