@@ -74,10 +74,16 @@ class GenericMachine(MachineBase):
         moved = sub.step(self, final)
         if not sub.done:
             return moved
+        self.state = self.s_colon
+        return True
+
+    def s_colon(self, final: bool) -> bool:
+        sub = self._sub
+        assert isinstance(sub, JsonString)
         key = "".join(self._key)
         i = skip_space(self.buf, self.pos)
         if i >= len(self.buf) and not final:
-            return moved
+            return False
         if sub.bad or i >= len(self.buf) or self.buf[i] != ":" or key not in ("response", "tool_call", "tool_calls"):
             self._not_generic()
             return True

@@ -53,9 +53,13 @@ class JsonValue:
         self.done = self.stopped = self.truncated = False
 
     def step(self, m: MachineBase, final: bool) -> bool:
-        buf, start = m.buf, m.pos
+        if self.done:
+            return False
+        buf = m.buf
         n = len(buf)
-        i = start
+        if not self.started:
+            m.hold(skip_space(buf, m.pos))
+        start = i = m.pos
         if not self.started:
             if i >= n:
                 return self._eof(final)
@@ -191,9 +195,13 @@ class JsonString:
         self.started = self.done = self.bad = self.truncated = False
 
     def step(self, m: MachineBase, final: bool) -> bool:
-        buf, start = m.buf, m.pos
+        if self.done:
+            return False
+        buf = m.buf
         n = len(buf)
-        i = start
+        if not self.started:
+            m.hold(skip_space(buf, m.pos))
+        start = i = m.pos
         if not self.started:
             if i >= n:
                 if final:

@@ -149,6 +149,7 @@ class XmlMachine(MachineBase):
         opens = [*spec.block_open, *([spec.call_open] if spec.bare_call and spec.call_open else [])]
         self._openers = MarkerSet(opens)
         self._block_close = MarkerSet(spec.block_close)
+        self._call_open = MarkerSet([spec.call_open] if spec.call_open else [])
         in_call = [spec.param_open, *([spec.call_close] if spec.call_close else spec.block_close)]
         self._in_call = MarkerSet(in_call)
         self._name_end = MarkerSet(["\n", spec.param_open, *spec.block_close]) if spec.call_open is None else None
@@ -201,11 +202,13 @@ class XmlMachine(MachineBase):
             self._text = []
             self.state = self.s_line_name
             return True
-        if buf.startswith(spec.call_open, i) and (self._calls == 0 or spec.many_calls):
-            self._start_call(i + len(spec.call_open))
-            return True
-        if self._calls and len(buf) - i < len(spec.call_open) and spec.call_open.startswith(buf[i:]):
-            return i > pos
+        if self._calls == 0 or spec.many_calls:
+            marker, undecided = self._call_open.match(buf, i, final)
+            if undecided:
+                return i > pos
+            if marker is not None:
+                self._start_call(i + len(marker))
+                return True
         return self._close_block(i, final) or i > pos
 
     def _close_block(self, i: int, final: bool) -> bool:
