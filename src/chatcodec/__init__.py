@@ -1,3 +1,55 @@
-"""chatcodec: chat messages to model prompts and tokens, and model output back to messages."""
+"""chatcodec: chat messages to model prompts and tokens, and model output back to messages.
+
+>>> import chatcodec
+>>> chat = chatcodec.load_template("qwen3")
+>>> chat.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+'<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
+"""
 
 from .exceptions import ChatcodecError as ChatcodecError
+from .exceptions import DecodeError as DecodeError
+from .exceptions import InputError as InputError
+from .exceptions import LimitError as LimitError
+from .exceptions import LoadError as LoadError
+from .exceptions import MaskError as MaskError
+from .exceptions import SandboxError as SandboxError
+from .exceptions import SchemaError as SchemaError
+from .exceptions import SpecialTokenError as SpecialTokenError
+from .exceptions import TemplateError as TemplateError
+from .exceptions import TemplateNotFoundError as TemplateNotFoundError
+from .exceptions import TemplateRaisedError as TemplateRaisedError
+from .exceptions import TemplateRuntimeError as TemplateRuntimeError
+from .exceptions import TemplateSyntaxError as TemplateSyntaxError
+from .limits import Limits as Limits
+from .render import ChatTemplate as ChatTemplate
+from .templates import builtin_templates as builtin_templates
+from .templates import load_template as load_template
+from .tokens import Codec as Codec
+from .tokens import Encoding as Encoding
+from .tokens import load as load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChatTemplate",
+    "ChatcodecError",
+    "Codec",
+    "DecodeError",
+    "Encoding",
+    "InputError",
+    "LimitError",
+    "Limits",
+    "LoadError",
+    "MaskError",
+    "SandboxError",
+    "SchemaError",
+    "SpecialTokenError",
+    "TemplateError",
+    "TemplateNotFoundError",
+    "TemplateRaisedError",
+    "TemplateRuntimeError",
+    "TemplateSyntaxError",
+    "builtin_templates",
+    "load",
+    "load_template",
+]

@@ -10,14 +10,15 @@ One base class, so callers can catch everything chatcodec reports with one ``exc
     │   ├── SandboxError            the template reached for something the sandbox forbids
     │   └── LimitError              the render went over a budget: output size, time or recursion
     ├── InputError                  messages, tools, documents or options that cannot be rendered
-    │   └── SpecialTokenError       message text holds a control token and the policy is "reject"
+    │   ├── SpecialTokenError       message text holds a control token and the policy is "reject"
+    │   └── MaskError               assistant turns that no supervised token can be found for
     ├── SchemaError                 a Python function cannot be turned into a tool schema
     ├── LoadError                   a template or tokenizer file is missing, unreadable or malformed
     │   └── TemplateNotFoundError   no template under that name or in that place
     └── DecodeError                 a decoder was asked for with options it cannot honour
 
-``InputError``, ``SchemaError``, ``LoadError`` and ``DecodeError`` are also ``ValueError``\ s, so code
-written against transformers' ``ValueError`` keeps working.
+``InputError``, ``SchemaError``, ``LoadError`` and ``DecodeError`` also derive from ``ValueError``,
+so code written against transformers' ``ValueError`` keeps working.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "InputError",
     "LimitError",
     "LoadError",
+    "MaskError",
     "SandboxError",
     "SchemaError",
     "SpecialTokenError",
@@ -112,6 +114,10 @@ class InputError(ChatcodecError, ValueError):
 
 class SpecialTokenError(InputError):
     """Text from a message holds a control token and the special-token policy is ``"reject"``."""
+
+
+class MaskError(InputError):
+    """A conversation has assistant turns, but no token of them could be marked for training."""
 
 
 class SchemaError(ChatcodecError, ValueError):

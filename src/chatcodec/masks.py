@@ -1,0 +1,424 @@
+"""Assistant masks and per-message spans for any template, with or without ``{% generation %}`` tags.
+
+With tags, the mask is transformers' ``return_assistant_tokens_mask``: a token is 1 when it overlaps a
+generation block (parity notes §2.8–2.9).
+
+Without tags, the conversation is rendered a second time with every content string wrapped in a pair of
+private-use marker characters, around its text without surrounding whitespace (so ``| trim`` and
+``.strip()`` in a template act as before). Removing the markers must give back the prompt exactly, or the
+template treated marked content differently and nothing is inferred. The markers that survive show where
+each message's text landed ("anchors"). Then, for each assistant turn:
+
+* it **starts** after its header: the generation prompt (``<|im_start|>assistant\\n``), found by rendering
+  the messages before the first assistant turn with and without ``add_generation_prompt``, and looked
+  for between the previous message's last anchor and the turn's first one. Template text after the header
+  (Qwen3's ``<think>``, ``<tool_call>``) is what the model writes, so it is in;
+* it **ends** with its end-of-turn token: the first special token after its last anchor.
+
+So the mask follows what is in the text: reasoning a template drops from earlier turns is not there to
+mask. Tokens straddling a turn's edge are 1 when any of their characters is in the turn (the same overlap
+rule as with tags), so the model is trained on every character it must produce.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import ChatcodecError, InputError, MaskError
+from .render import plain
+
+if TYPE_CHECKING:
+    from .tokens import Codec, Encoding
+
+__all__ = ["Layout", "assistant_mask", "layout", "message_token_spans"]
+
+_MARK_FIRST, _MARK_LAST = 0xF0000, 0xFFFFD
+_MARK_RANGE = re.compile("[\U000f0000-\U000ffffd]")
+_GENERATION_TAG = re.compile(r"{%-?\s*generation\s*-?%}")
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+@dataclass
+class Layout:
+    """Where the template put each message: the anchors of its content, and the turn header."""
+
+    text: str
+    roles: list[str | None]
+    #: per message, ``(position, kind)`` of each surviving marker; kind is content, reasoning or tool_call
+    anchors: list[list[tuple[int, str]]]
+    #: the generation prompt, or None when it could not be rendered
+    header: str | None
+    #: ``{% generation %}`` spans in ``text``, when the template has tags
+    generation_spans: list[tuple[int, int]] | None
+    #: why no anchors could be found, if so
+    failure: str | None
+    special: re.Pattern[str]
+    added: re.Pattern[str]
+    header_cuts: list[int] = field(default_factory=list)
+    #: the header ends with a control token, which the turn's text closes (Qwen3.5's ``<think>\n``)
+    header_opens: bool = False
+
+
+def layout(
+    codec: Codec, messages: Any, options: dict[str, Any], rendered: str, escapes: dict[str, str], text: str
+) -> Layout:
+    """Render once more with marked content and read where every message landed."""
+    vocab = codec._require_tokenizer()
+    special_texts = set(vocab.special) | {t for t in codec.template.special_tokens.values() if t in vocab.added}
+    special = _alternation(special_texts)
+    added = _alternation(set(vocab.added))
+    chat = [m if isinstance(m, dict) else plain(m) for m in getattr(messages, "messages", messages)]
+    roles = [m.get("role") if isinstance(m, dict) and isinstance(m.get("role"), str) else None for m in chat]
+
+    generation_spans = None
+    if any(_GENERATION_TAG.search(source) for source in codec.template.sources.values()):
+        if options.get("continue_final_message"):
+            raise InputError("continue_final_message is not compatible with return_assistant_tokens_mask.")
+        span_options = {k: v for k, v in options.items() if k != "continue_final_message"}
+        spanned, spans = codec.template.render_spans(chat, **span_options)
+        expand = _expander(spanned, escapes)
+        generation_spans = [(expand(s), expand(e)) for s, e in spans]
+
+    anchors: list[list[tuple[int, str]]] = [[] for _ in chat]
+    failure = None
+    for only_assistant in (False, True):
+        found = _anchors(codec, chat, roles, options, rendered, escapes, text, only_assistant=only_assistant)
+        if isinstance(found, list):
+            anchors, failure = found, None
+            break
+        failure = found
+    header = _generation_header(codec, chat, roles, options)
+    cuts = _header_cuts(header, added) if header else []
+    opens = header is not None and any(m.end() == len(header.rstrip()) for m in added.finditer(header))
+    return Layout(text, roles, anchors, header, generation_spans, failure, special, added, cuts, opens)
+
+
+# --- the marked render -----------------------------------------------------------------------------------
+
+
+def _anchors(
+    codec: Codec,
+    chat: list[Any],
+    roles: list[str | None],
+    options: dict[str, Any],
+    rendered: str,
+    escapes: dict[str, str],
+    text: str,
+    *,
+    only_assistant: bool,
+) -> list[list[tuple[int, str]]] | str:
+    """Each message's anchors, or the reason the marked render could not be used."""
+    reserved = set(_MARK_RANGE.findall(rendered))
+    marker = _Marker(reserved)
+    marked = []
+    for index, message in enumerate(chat):
+        if not isinstance(message, dict) or (only_assistant and roles[index] != "assistant"):
+            marked.append(message)
+            continue
+        message = dict(message)
+        if "content" in message:
+            message["content"] = marker.wrap(message["content"], index, "content")
+        if roles[index] == "assistant":
+            for name in _REASONING_FIELDS:
+                if isinstance(message.get(name), str):
+                    message[name] = marker.wrap(message[name], index, "reasoning")
+            if isinstance(message.get("tool_calls"), list):
+                message["tool_calls"] = [_mark_call(call, marker, index) for call in message["tool_calls"]]
+            if isinstance(message.get("function_call"), dict):
+                message["function_call"] = _mark_call(message["function_call"], marker, index)
+        marked.append(message)
+    if not marker.leaves:
+        return [[] for _ in chat]
+    try:
+        output = codec.template.render(marked, **options)
+    except ChatcodecError as exc:
+        return f"the template failed on marked content ({exc})"
+    chars = set(marker.leaves) | set(escapes)
+    pattern = re.compile("[" + "".join(map(re.escape, sorted(chars))) + "]")
+    anchors: list[list[tuple[int, str]]] = [[] for _ in chat]
+    parts: list[str] = []
+    length = cursor = 0
+    for match in pattern.finditer(output):
+        piece = output[cursor : match.start()]
+        parts.append(piece)
+        length += len(piece)
+        char = match.group()
+        if char in escapes:
+            parts.append(escapes[char])
+            length += len(escapes[char])
+        else:
+            index, kind = marker.leaves[char]
+            anchors[index].append((length, kind))
+        cursor = match.end()
+    parts.append(output[cursor:])
+    if "".join(parts) != text:
+        return "the template renders marked content differently (it inspects the text, not just prints it)"
+    return anchors
+
+
+class _Marker:
+    """Hands out marker characters, two per content string, none that the prompt already holds."""
+
+    def __init__(self, reserved: set[str]) -> None:
+        self.reserved = reserved
+        self.leaves: dict[str, tuple[int, str]] = {}
+        self._next = _MARK_FIRST
+
+    def wrap(self, value: Any, index: int, kind: str) -> Any:
+        if isinstance(value, str):
+            core = value.strip()
+            if not core:
+                return value
+            at = value.index(core)
+            return value[:at] + self._char(index, kind) + core + self._char(index, kind) + value[at + len(core) :]
+        if isinstance(value, list):
+            return [
+                {**part, "text": self.wrap(part["text"], index, kind)}
+                if isinstance(part, dict) and isinstance(part.get("text"), str)
+                else part
+                for part in value
+            ]
+        return value
+
+    def _char(self, index: int, kind: str) -> str:
+        while self._next <= _MARK_LAST and chr(self._next) in self.reserved:
+            self._next += 1
+        if self._next > _MARK_LAST:
+            raise MaskError("The conversation has more content strings than chatcodec can mark.")
+        char = chr(self._next)
+        self._next += 1
+        self.leaves[char] = (index, kind)
+        return char
+
+
+def _mark_call(call: Any, marker: _Marker, index: int) -> Any:
+    """Mark the argument values of a tool call; names, ids and types are left alone (templates compare them)."""
+    if not isinstance(call, dict):
+        return call
+    function = call.get("function")
+    target: dict[str, Any] = function if isinstance(function, dict) else call
+    arguments = target.get("arguments")
+    if isinstance(arguments, str):
+        new_arguments: Any = marker.wrap(arguments, index, "tool_call")
+    elif isinstance(arguments, dict):
+        new_arguments = {k: marker.wrap(v, index, "tool_call") for k, v in arguments.items()}
+    else:
+        return call
+    if target is call:
+        return {**call, "arguments": new_arguments}
+    return {**call, "function": {**target, "arguments": new_arguments}}
+
+
+def _expander(rendered: str, escapes: dict[str, str]) -> Any:
+    """Map a position in the render with escape stand-ins to the position in the restored text."""
+    if not escapes:
+        return lambda position: position
+    grow = [(m.start(), len(escapes[m.group()]) - 1) for m in re.finditer("|".join(map(re.escape, escapes)), rendered)]
+
+    def expand(position: int) -> int:
+        return position + sum(extra for at, extra in grow if at < position)
+
+    return expand
+
+
+# --- the generation header ------------------------------------------------------------------------------
+
+
+def _generation_header(codec: Codec, chat: list[Any], roles: list[str | None], options: dict[str, Any]) -> str | None:
+    """What ``add_generation_prompt`` adds after the messages before the first assistant turn."""
+    first = next((i for i, role in enumerate(roles) if role == "assistant"), None)
+    prefix = chat[:first] if first else [{"role": "user", "content": "Hi"}]
+    bare = {**options, "add_generation_prompt": False, "continue_final_message": False}
+    try:
+        without = codec.template.render(prefix, **bare)
+        with_prompt = codec.template.render(prefix, **{**bare, "add_generation_prompt": True})
+    except ChatcodecError:
+        return None
+    common = 0
+    limit = min(len(without), len(with_prompt))
+    while common < limit and without[common] == with_prompt[common]:
+        common += 1
+    return with_prompt[common:]
+
+
+def _header_cuts(header: str, added: re.Pattern[str]) -> list[int]:
+    """Lengths of the header's prefixes worth looking for, longest first: whole lines and control tokens."""
+    cuts = {len(header)}
+    cuts.update(i + 1 for i, char in enumerate(header) if char == "\n")
+    cuts.update(m.end() for m in added.finditer(header))
+    return sorted((c for c in cuts if header[:c].strip()), reverse=True)
+
+
+def _find_header(layout: Layout, glue: str) -> tuple[int, int] | None:
+    """Where the turn header (or its longest natural prefix) last occurs in ``glue``."""
+    if layout.header is None:
+        return None
+    if layout.header == "":
+        return (len(glue), len(glue))
+    for cut in layout.header_cuts:
+        at = glue.rfind(layout.header[:cut])
+        if at >= 0:
+            return (at, at + cut)
+    return None
+
+
+def _end_of_turn(layout: Layout, tail: str) -> tuple[int, int] | None:
+    """The first special token of ``tail``, unless it opens the next header."""
+    match = layout.special.search(tail)
+    if match is None or (layout.header and layout.header.startswith(match.group())):
+        return None
+    return match.span()
+
+
+# --- masks ----------------------------------------------------------------------------------------------
+
+
+def assistant_regions(layout: Layout, *, reasoning: bool, end_of_turn: bool) -> list[tuple[int, int]]:
+    """The character spans of the prompt the model writes in its assistant turns."""
+    text, anchors = layout.text, layout.anchors
+    anchored = [i for i, a in enumerate(anchors) if a]
+    regions = []
+    for rank, index in enumerate(anchored):
+        if layout.roles[index] != "assistant":
+            continue
+        first = min(p for p, _ in anchors[index])
+        last = max(p for p, _ in anchors[index])
+        before = max(p for p, _ in anchors[anchored[rank - 1]]) if rank else 0
+        after = min(p for p, _ in anchors[anchored[rank + 1]]) if rank + 1 < len(anchored) else len(text)
+        header = _find_header(layout, text[before:first])
+        start = before + header[1] if header else first
+        end = last
+        eot = _end_of_turn(layout, text[last:after])
+        if eot is not None:
+            end = last + (eot[1] if end_of_turn else eot[0])
+        if not reasoning:
+            thoughts = [p for p, kind in anchors[index] if kind == "reasoning"]
+            resume = min((p for p, kind in anchors[index] if kind != "reasoning"), default=end)
+            start = _after_reasoning(layout, start, resume, thoughts)
+        if end > start:
+            regions.append((start, end))
+    return regions
+
+
+def _after_reasoning(layout: Layout, start: int, resume: int, reasoning_anchors: list[int]) -> int:
+    """Where the turn goes on after its reasoning block: past the block's closing control token and spaces.
+
+    ``resume`` is where the turn's other text (content, tool calls) begins. An empty block the template
+    writes itself (Qwen3's ``<think>\n\n</think>``) counts as reasoning too: a control token right at the
+    start of the turn, followed by spaces and a second control token.
+    """
+    text = layout.text
+    if reasoning_anchors:
+        cut = max(reasoning_anchors)
+    elif layout.header_opens:
+        cut = start  # the header opened the block: the turn starts inside it
+    else:
+        opener = layout.added.match(text, start + _spaces(text, start))
+        if opener is None or opener.end() > resume:
+            return start
+        cut = opener.end()
+    closer = layout.added.match(text, cut + _spaces(text, cut))
+    if closer is None or closer.end() > resume:
+        return cut if reasoning_anchors else start
+    return closer.end() + _spaces(text, closer.end())
+
+
+def _spaces(text: str, at: int) -> int:
+    end = at
+    while end < len(text) and text[end].isspace():
+        end += 1
+    return end - at
+
+
+def assistant_mask(encoding: Encoding, layout: Layout, *, reasoning: bool, end_of_turn: bool) -> list[int]:
+    """1 for each token that overlaps an assistant region; raises when assistant turns get none."""
+    if layout.generation_spans is not None:
+        spans = layout.generation_spans
+    elif layout.failure is not None:
+        spans = []
+    else:
+        spans = assistant_regions(layout, reasoning=reasoning, end_of_turn=end_of_turn)
+    mask = overlap_mask(encoding.offsets, spans)
+    if "assistant" in layout.roles and not any(mask):
+        why = f"; {layout.failure}" if layout.failure else ""
+        if layout.generation_spans is not None:
+            why = "; its {% generation %} blocks cover none of their tokens"
+        raise MaskError(
+            f"The conversation has assistant turns, but no token of them could be found in the prompt{why}."
+            " Check that the assistant messages have content the template prints."
+        )
+    return mask
+
+
+def overlap_mask(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+    """transformers' rule (§2.9): a token is 1 when it overlaps a span; zero-width tokens never are."""
+    mask = [0] * len(offsets)
+    spans = sorted(spans)
+    at = 0
+    for index, (start, end) in enumerate(offsets):
+        while at < len(spans) and start >= spans[at][1]:
+            at += 1
+        if at == len(spans):
+            break
+        if end > spans[at][0] and end > start:
+            mask[index] = 1
+    return mask
+
+
+# --- per-message spans ----------------------------------------------------------------------------------
+
+
+def message_char_spans(layout: Layout) -> list[tuple[int, int]]:
+    """Each message's character span: from the end of the previous one's end-of-turn to its own."""
+    text, anchors = layout.text, layout.anchors
+    anchored = [i for i, a in enumerate(anchors) if a]
+    if layout.failure is not None or not anchored:
+        raise MaskError(f"Cannot tell where each message is in the prompt: {layout.failure or 'no message has text'}.")
+    starts = {anchored[0]: 0}
+    for rank in range(1, len(anchored)):
+        index, previous = anchored[rank], anchored[rank - 1]
+        before = max(p for p, _ in anchors[previous])
+        glue = text[before : min(p for p, _ in anchors[index])]
+        header = _find_header(layout, glue) if layout.roles[index] == "assistant" else None
+        eot = _end_of_turn(layout, glue)
+        if header is not None and header[0] < len(glue):
+            starts[index] = before + header[0]
+        elif eot is not None:
+            starts[index] = before + eot[1] + _spaces(glue, eot[1])
+        else:
+            starts[index] = before
+    last = anchored[-1]
+    end_of_last = max(p for p, _ in anchors[last])
+    eot = _end_of_turn(layout, text[end_of_last:])
+    final = end_of_last + eot[1] + _spaces(text, end_of_last + eot[1]) if eot else len(text)
+    spans: list[tuple[int, int]] = []
+    following = [*anchored[1:], None]
+    for index in range(len(anchors)):
+        if index in starts:
+            nxt = following[anchored.index(index)]
+            spans.append((starts[index], starts[nxt] if nxt is not None else final))
+        else:
+            later = [starts[i] for i in anchored if i > index]
+            at = later[0] if later else final
+            spans.append((at, at))
+    return spans
+
+
+def message_token_spans(encoding: Encoding, layout: Layout) -> list[tuple[int, int]]:
+    """Token ranges per message: a token belongs to the message its first character is in."""
+    import bisect
+
+    starts = []
+    highest = 0
+    for start, _ in encoding.offsets:
+        highest = max(highest, start)
+        starts.append(highest)
+    return [(bisect.bisect_left(starts, a), bisect.bisect_left(starts, b)) for a, b in message_char_spans(layout)]
+
+
+def _alternation(texts: set[str]) -> re.Pattern[str]:
+    from .vocab import alternation
+
+    return re.compile(alternation(texts))

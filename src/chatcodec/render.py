@@ -1,0 +1,381 @@
+"""ChatTemplate: render messages and tools into a model's prompt, byte for byte as transformers does.
+
+The rules come from transformers 5.24 ``apply_chat_template(tokenize=False)``; the parity notes
+(``shared/docs/transformers-parity.md``) are cited by section. In order, a render:
+
+1. picks the template (named templates: ``tool_use`` when tools are given, else ``default``, §3.3);
+2. turns messages, tools, documents and template variables into plain JSON values: objects with
+   ``model_dump`` and dataclasses become dicts, ``str``/``int``/``float`` subclasses their base type,
+   anything else the placeholder ``"<TypeName>"`` (§5.3); messages lose their top-level ``None`` keys
+   (§5.1) and get the reasoning aliases ``thinking``/``reasoning_content`` (§5.4);
+3. runs the template in the sandbox (:mod:`chatcodec.sandbox`) under its :class:`~chatcodec.Limits`;
+4. for ``continue_final_message``, cuts the prompt where the final message ends (§2.7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from . import sandbox
+from .exceptions import InputError, TemplateNotFoundError
+from .limits import DEFAULT_LIMITS, Budget, Limits
+
+__all__ = ["ChatTemplate"]
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+#: appended to the text being continued, then found again in the output (§2.7); note the trailing space
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class ChatTemplate:
+    """A chat template, ready to render conversations.
+
+    ``source`` is the Jinja text, or a mapping of named templates (``{"default": ..., "tool_use": ...}``).
+    ``special_tokens`` (``bos_token``, ``eos_token``, ...) reach the template as variables, the way
+    transformers passes ``special_tokens_map``; keyword arguments given to :meth:`render` win over them.
+
+    >>> chat = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}",
+    ...                     special_tokens={"eos_token": "</s>"})
+    >>> chat.render([{"role": "user", "content": "Hi!"}])
+    '<user>Hi!</s>'
+    """
+
+    def __init__(
+        self,
+        source: str | Mapping[str, str],
+        *,
+        special_tokens: Mapping[str, str] | None = None,
+        name: str | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        if isinstance(source, str):
+            self._sources = {"default": source}
+        elif isinstance(source, Mapping) and source and all(isinstance(s, str) for s in source.values()):
+            self._sources = dict(source)
+        else:
+            raise InputError(
+                f"A chat template is Jinja text or a mapping of names to Jinja text, not {type(source).__name__}."
+            )
+        self.name = name
+        self.special_tokens: dict[str, str] = dict(special_tokens or {})
+        self.limits = limits or DEFAULT_LIMITS
+        self._compiled: dict[str, sandbox.Compiled] = {}
+        if "default" in self._sources:
+            self._compile("default")  # report syntax errors now, not at the first render
+
+    @property
+    def source(self) -> str:
+        """The Jinja text of the default template (the only one, for most models)."""
+        return self._sources.get("default") or next(iter(self._sources.values()))
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Every named template: ``{"default": ..., "tool_use": ..., ...}``."""
+        return dict(self._sources)
+
+    def __repr__(self) -> str:
+        names = "" if list(self._sources) == ["default"] else f", templates={sorted(self._sources)}"
+        return f"<ChatTemplate {self.name or 'unnamed'!r}{names}>"
+
+    def render(
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        now: datetime | None = None,
+        chat_template: str | None = None,
+        **template_kwargs: Any,
+    ) -> str:
+        """Render ``messages`` into the prompt text.
+
+        ``continue_final_message`` leaves the last message open for the model to continue (``True``
+        continues its ``content``; a field name such as ``"reasoning_content"`` continues that field).
+        ``now`` pins what ``strftime_now`` reads (local time by default). ``chat_template`` picks a named
+        template. Other keyword arguments (``enable_thinking=False``, ...) become template variables.
+        """
+        text, _ = self._render(
+            messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
+            template_kwargs, track_generation=False,
+        )  # fmt: skip
+        return text
+
+    def render_spans(
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        now: datetime | None = None,
+        chat_template: str | None = None,
+        **template_kwargs: Any,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """Render, and return the character spans of every ``{% generation %}`` block.
+
+        The spans are transformers' ``return_assistant_tokens_mask`` spans, computed the same way (§2.8).
+        """
+        return self._render(
+            messages, tools, documents, add_generation_prompt, False, now, chat_template, template_kwargs,
+            track_generation=True,
+        )  # fmt: skip
+
+    # --- internals ------------------------------------------------------------------------------------
+
+    def _label(self, key: str) -> str | None:
+        if key == "default":
+            return self.name
+        return f"{self.name}:{key}" if self.name else key
+
+    def _compile(self, key: str) -> sandbox.Compiled:
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = sandbox.compile_template(self._sources[key], self._label(key))
+        return compiled
+
+    def _select(self, chat_template: str | None, tools: object) -> str:
+        """The key of the template to use (§3.3)."""
+        if chat_template is not None:
+            if chat_template in self._sources:
+                return chat_template
+            raise TemplateNotFoundError(
+                f"This model has no chat template named {chat_template!r}; its templates are {sorted(self._sources)}."
+            )
+        if tools is not None and "tool_use" in self._sources:
+            return "tool_use"
+        if "default" in self._sources:
+            return "default"
+        raise InputError(
+            "This model has multiple chat templates with no default specified! Please either pass a chat "
+            "template or the name of the template you wish to use to the `chat_template` argument. Available "
+            f"template names are {sorted(self._sources)}."
+        )
+
+    def _render(
+        self,
+        messages: Sequence[Any],
+        tools: Sequence[Any] | None,
+        documents: Sequence[Any] | None,
+        add_generation_prompt: bool,
+        continue_final_message: bool | str,
+        now: datetime | None,
+        chat_template: str | None,
+        template_kwargs: dict[str, Any],
+        *,
+        track_generation: bool,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        key = self._select(chat_template, tools)
+        compiled = self._compile(key)
+
+        if isinstance(messages, (list, tuple)) and not messages:
+            raise InputError("Cannot apply chat template to an empty conversation. Provide at least one message.")
+        chat = _normalize_messages(messages)
+        if continue_final_message and add_generation_prompt:
+            raise InputError(
+                "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message "
+                "when you want the model to continue the final message, and add_generation_prompt when you want "
+                "to add a header that will prompt it to start a new assistant message instead."
+            )
+        variables = plain({**self.special_tokens, **template_kwargs})
+        variables["messages"] = chat
+        variables["tools"] = _tool_schemas(tools)
+        variables["documents"] = _documents(documents)
+        variables["add_generation_prompt"] = add_generation_prompt
+
+        continued = None
+        if continue_final_message:
+            continued = _tag_final_message(chat, continue_final_message, self._sources[key])
+        budget = Budget(self.limits, now=now, track_generation=track_generation)
+        text = sandbox.run(compiled, variables, name=self._label(key), budget=budget)
+        if continued is not None:
+            text = _cut_at_tag(text, continued)
+        return text, budget.spans or []
+
+
+# --- preprocessing: what the template sees ---------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """``value`` as plain JSON types (§5.3), without touching the caller's objects.
+
+    Values that are already plain come back as they are, not copied: the sandbox never lets a template
+    change a dict or list, so sharing them is safe, and most inputs need no conversion at all.
+    """
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        for k, v in value.items():
+            if type(k) is not str or (type(v) is not str and plain(v) is not v):
+                return {plain(k): plain(v) for k, v in value.items()}
+        return value
+    if kind is list:
+        for v in value:
+            if type(v) is not str and plain(v) is not v:
+                return [plain(v) for v in value]
+        return value
+    return _convert(value)
+
+
+def _convert(value: Any) -> Any:
+    """The slow path of :func:`plain`: anything that is not already plain JSON."""
+    if isinstance(value, str):
+        return str.__str__(value)  # str subclasses (enums, numpy strings) lose their extra methods
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
+    if _is_numpy_scalar(value):
+        return plain(value.item())
+    as_dict = _object_as_dict(value)
+    if as_dict is not None:
+        return plain(as_dict)
+    return f"<{type(value).__name__}>"
+
+
+def _is_numpy_scalar(value: Any) -> bool:
+    # numpy is never imported here: a numpy scalar's type lives in the numpy module and has .item()
+    return type(value).__module__ == "numpy" and callable(getattr(value, "item", None))
+
+
+def _object_as_dict(value: Any) -> dict[str, Any] | None:
+    """The fields of a dataclass instance or pydantic model (an OpenAI SDK message, say), else None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        dumped = dump()
+        return dumped if isinstance(dumped, dict) else None
+    return None
+
+
+def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
+    """Plain message dicts without top-level ``None`` values, with reasoning aliases (§5.1, §5.4)."""
+    if type(messages) is not list:
+        messages = getattr(messages, "messages", messages)  # a conversation object
+    if type(messages) is not list and (
+        isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence)
+    ):
+        raise InputError(
+            f"Messages must be a list of message dicts, not {type(messages).__name__}."
+            ' Pass [{"role": "user", "content": "..."}, ...].'
+        )
+    chat = []
+    for index, message in enumerate(messages):
+        if type(message) is not dict:
+            message = _message_as_dict(message, index)
+        converted = plain(message)
+        if None in converted.values():
+            # keys whose value is None are dropped (§5.1); a message passed through as-is is copied first
+            converted = {k: v for k, v in converted.items() if v is not None}
+        if "reasoning_content" in converted or "thinking" in converted or "reasoning" in converted:
+            reasoning = next((converted[k] for k in _REASONING_FIELDS if converted.get(k) is not None), None)
+            if reasoning is not None:
+                converted = {"thinking": reasoning, **converted, "reasoning_content": reasoning}
+        chat.append(converted)
+    return chat
+
+
+def _message_as_dict(message: Any, index: int) -> dict[str, Any]:
+    if not isinstance(message, Mapping):
+        message = _object_as_dict(message) or message
+    if not isinstance(message, Mapping):
+        raise InputError(
+            f"Chat messages should be dicts, dataclasses or pydantic models, but got {message!r} (message {index})."
+        )
+    return dict(message)
+
+
+def _tool_schemas(tools: Sequence[Any] | None) -> list[Any] | None:
+    if tools is None:
+        return None
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
+        raise InputError(f"tools must be a list of tool schemas or functions, not {type(tools).__name__}.")
+    schemas = []
+    for tool in tools:
+        if isinstance(tool, dict):
+            schemas.append(plain(tool))
+        elif inspect.isfunction(tool) or inspect.ismethod(tool):
+            from .schema import function_schema  # imported on first use: only Python functions need it
+
+            schemas.append(function_schema(tool))
+        else:
+            raise InputError(
+                "Tools should either be a JSON schema, or a callable function with type hints "
+                f"and a docstring suitable for auto-conversion to a schema; got {tool!r}."
+            )
+    return schemas
+
+
+def _documents(documents: Sequence[Any] | None) -> list[Any] | None:
+    if documents is None:
+        return None
+    if isinstance(documents, (str, bytes, Mapping)) or not isinstance(documents, Sequence):
+        raise InputError(f"documents must be a list of dicts, not {type(documents).__name__}.")
+    for document in documents:
+        if not isinstance(document, dict):
+            raise InputError(f"Documents should be a list of dicts with 'title' and 'text' keys! Got {document!r}.")
+    return plain(list(documents))  # type: ignore[no-any-return]
+
+
+# --- continue_final_message (§2.7) ------------------------------------------------------------------
+
+
+def _tag_final_message(chat: list[dict[str, Any]], how: bool | str, source: str) -> str:
+    """Append the continuation tag to the text being continued; return that text (untagged)."""
+    field = how if isinstance(how, str) else "content"
+    final = chat[-1].get(field)
+    if final is None:
+        raise InputError(f'continue_final_message is set but the final message has no "{field}" to continue!')
+    fields = [field]
+    if field in _REASONING_FIELDS:
+        # reasoning is copied under several names: tag every copy, accept whichever the template reads
+        fields = [f for f in _REASONING_FIELDS if chat[-1].get(f) == final]
+    if not any(f in source for f in fields):
+        raise InputError(
+            f'continue_final_message is set to "{field}" but this is not an accepted field in the chat_template'
+        )
+    last = chat[-1] = dict(chat[-1])  # the messages may be the caller's own dicts: edit a copy
+    if isinstance(final, (list, tuple)):
+        blocks = last[field] = list(final)
+        for at in range(len(blocks) - 1, -1, -1):
+            if isinstance(blocks[at], dict) and "text" in blocks[at]:
+                text: str = blocks[at]["text"]
+                blocks[at] = {**blocks[at], "text": text + _CONTINUE_TAG}
+                return text
+        raise InputError(
+            "continue_final_message is set but we could not find any text to continue in the final message!"
+        )
+    if not isinstance(final, str):
+        raise InputError(f'continue_final_message needs text to continue, but "{field}" is {type(final).__name__}.')
+    for f in fields:
+        last[f] = last[f] + _CONTINUE_TAG
+    return final
+
+
+def _cut_at_tag(text: str, final: str) -> str:
+    marker = _CONTINUE_TAG.strip()
+    if final.strip() not in text or marker not in text:
+        raise InputError(
+            "continue_final_message is set but the final message does not appear in the chat after applying the"
+            " chat template! This can happen if the chat template deletes portions of the final message. Please"
+            " verify the chat template and final message in your chat to ensure they are compatible."
+            f"Final message to continue: {final.strip()}\nRendered chat:\n{text}"
+        )
+    at = text.rindex(marker)
+    if text[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return text[:at]  # the template kept the message's spacing
+    return text[:at].rstrip()  # the template trimmed the message; trim what was before the tag too

@@ -1,0 +1,47 @@
+"""Shared fixtures: the corpus in ../shared, found from this file, never copied into the project."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: ../shared beside the checkout (the corpus, the parse vectors and the real tokenizers)
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+CORPUS = SHARED / "corpus"
+#: the clock the goldens were rendered with
+GOLDEN_NOW = datetime(2026, 11, 29, 12, 0, 0)
+
+
+def require_shared() -> Path:
+    if not CORPUS.is_dir():
+        pytest.skip(f"the shared corpus is not at {CORPUS}; these tests need ../shared beside the checkout")
+    return SHARED
+
+
+@lru_cache(maxsize=1)
+def manifest() -> dict[str, dict[str, Any]]:
+    data = json.loads((CORPUS / "manifest.json").read_text(encoding="utf-8"))
+    return {entry["name"]: entry for entry in data["templates"]}
+
+
+@lru_cache(maxsize=1)
+def conversations() -> dict[str, dict[str, Any]]:
+    data = json.loads((CORPUS / "conversations.json").read_text(encoding="utf-8"))
+    return {conv["id"]: conv for conv in data["conversations"]}
+
+
+@cache
+def template_source(name: str) -> str:
+    return (CORPUS / manifest()[name]["file"]).read_bytes().decode("utf-8")
+
+
+def goldens() -> list[dict[str, Any]]:
+    if not CORPUS.is_dir():
+        return []
+    with (CORPUS / "goldens.jsonl").open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
