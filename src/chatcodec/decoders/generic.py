@@ -91,8 +91,7 @@ class GenericMachine(MachineBase):
         j = skip_space(self.buf, self.pos)
         self.hold(j)
         if key == "response":
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            # Decoded into content as it arrives; the envelope's own text becomes markup below.
             self._sub = JsonString(lambda text: self.out.content(text, traced=False))
         elif key == "tool_call":
             self._sub = CallObject(CallKeys())
@@ -108,7 +107,12 @@ class GenericMachine(MachineBase):
         if not sub.done:
             return moved
         if isinstance(sub, JsonString):
-            self._made = self._made or not sub.bad
+            if sub.bad:
+                self._not_generic()
+                return True
+            self._made = True
+            self.out.markup("".join(self.held))
+            self.held.clear()
         elif isinstance(sub, CallObject):
             if sub.failed:
                 self._not_generic()

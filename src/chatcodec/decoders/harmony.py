@@ -81,7 +81,10 @@ class HarmonyMachine(MachineBase):
         i, marker = MarkerSet((MESSAGE,)).find(buf, pos, final)
         limit = pos + HEADER_LIMIT - size
         end = min(i, limit)
-        bad = buf.find("\n", pos, end) >= 0
+        newline = buf.find("\n", pos, end)  # a header is one line: fail exactly there
+        bad = newline >= 0
+        if bad:
+            end = newline
         self._header.append(buf[pos:end])
         self.hold(end)
         if bad or end >= limit or (marker is None and final):

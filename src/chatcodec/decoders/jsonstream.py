@@ -211,9 +211,11 @@ class JsonString:
                 self.done = self.bad = True
                 return True
             self.started, i = True, i + 1
+        if self.limit is not None:  # a capped string fails at a fixed length
+            n = min(n, start + self.limit - self._size + 1)
         parts: list[str] = []
         while i < n:
-            found = _IN_STRING.search(buf, i)
+            found = _IN_STRING.search(buf, i, n)
             j = found.start() if found else n
             if j > i:
                 parts.append(buf[i:j])
@@ -230,6 +232,7 @@ class JsonString:
             i = decoded[1]
         self._size += i - start
         if self.limit is not None and self._size > self.limit:
+            _take(m, i)
             self.done = self.bad = True
             return True
         if i > start:
@@ -560,16 +563,19 @@ class NamedCall:
                     self.error = "the arguments were cut off"
             return moved or self.done
         buf, pos = m.buf, m.pos
-        brace = buf.find("{", pos)
-        end = brace if brace >= 0 else len(buf)
+        limit = pos + self.HEADER_LIMIT - self._size  # the header fails at a fixed length
+        brace = buf.find("{", pos, limit + 1)
+        end = brace if brace >= 0 else min(len(buf), limit + 1)
         stop_at, marker = self.stops.find(buf, pos, final) if self.stops else (len(buf), None)
         if stop_at < end:
             end = stop_at
+        else:
+            marker = None
         if end > pos:
             self._header.append(buf[pos:end])
             self._size += end - pos
             m.hold(end)
-        if self._size > self.HEADER_LIMIT:
+        if end > limit:
             self.done = self.failed = True
             return True
         if end == brace or marker is not None:

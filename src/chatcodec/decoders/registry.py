@@ -33,6 +33,17 @@ class Format:
     forced_open: bool = False
     #: its templates open the think block in the prompt when ``enable_thinking`` is true
     opens_think: bool = False
+    #: the literal markers of its tool-call syntax (reasoning tags are in ``think``)
+    syntax: tuple[str, ...] = ()
+    #: Ollama's template-derived formats: the ``tag`` option picks the marker
+    uses_tag: bool = False
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """Every literal marker of the format: tool-call syntax and reasoning tags."""
+        think = self.think
+        tags = (*think.start, *think.end, *(m for m, _ in think.implicit)) if think else ()
+        return tuple(dict.fromkeys((*self.syntax, *tags)))
 
 
 _FORMATS: dict[str, Format] = {}
@@ -154,6 +165,8 @@ def decoder(
         thinking_forced_open = enable_thinking if fmt.opens_think and enable_thinking is not None else None
     if thinking_forced_open is None:
         thinking_forced_open = fmt.forced_open if enable_thinking is not False else False
+    if tag is not None and not fmt.uses_tag:
+        raise DecodeError(f"The tag option is for Ollama's template-tag formats, not {format!r}.")
     names, schemas = _read_tools(tools, tools_schema)
     opts = Options(
         extract_reasoning=reasoning_format != "none",

@@ -14,6 +14,7 @@ A call is announced at its first argument (or its end, for calls without argumen
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .base import Sink
@@ -21,6 +22,7 @@ from .machine import MachineBase, MarkerSet, Options, ThinkSpec, skip_space
 from .values import ArgsWriter, could_be_json, typed_value
 
 TAG_LIMIT = 256
+_TAG_STOP = re.compile(r"[<>\n]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,17 +238,21 @@ class XmlMachine(MachineBase):
         self.state = self.s_tag_name
 
     def _read_tag(self, final: bool) -> str | None:
-        """Read up to the next ``>`` (bounded): the tag's text, or None while it is incomplete."""
+        """Read up to the next ``>``: the tag's text; None while incomplete; "" if it is not a tag.
+
+        A tag is one line without ``<`` and at most TAG_LIMIT long; it fails exactly at the first
+        character that breaks that, whatever the chunking.
+        """
         buf, pos = self.buf, self.pos
-        gt = buf.find(">", pos, pos + TAG_LIMIT + 1)
-        end = gt if gt >= 0 else min(len(buf), pos + TAG_LIMIT + 1)
-        bad = buf.find("<", pos, end) >= 0 or buf.find("\n", pos, end) >= 0
+        limit = pos + TAG_LIMIT - sum(map(len, self._text))
+        found = _TAG_STOP.search(buf, pos, limit + 1)
+        end = found.start() if found else min(len(buf), limit + 1)
         self._text.append(buf[pos:end])
         self.hold(end)
-        if gt >= 0 and not bad:
-            self.hold(gt + 1)
+        if found is not None and found.group() == ">":
+            self.hold(end + 1)
             return "".join(self._text)
-        if bad or final or sum(map(len, self._text)) > TAG_LIMIT:
+        if found is not None or final or end > limit:
             return ""
         return None
 
@@ -272,10 +278,12 @@ class XmlMachine(MachineBase):
         assert self._name_end is not None
         buf, pos = self.buf, self.pos
         i, marker = self._name_end.find(buf, pos, final)
-        i = min(i, pos + TAG_LIMIT + 1)
+        limit = pos + TAG_LIMIT - sum(map(len, self._text))
+        if i > limit:
+            i, marker = limit + 1, None
         self._text.append(buf[pos:i])
         self.hold(i)
-        if marker is None and not final and sum(map(len, self._text)) <= TAG_LIMIT:
+        if marker is None and not final and i <= limit:
             return i > pos
         name = "".join(self._text).strip()
         if not name or sum(map(len, self._text)) > TAG_LIMIT or any(c.isspace() for c in name):
@@ -361,6 +369,10 @@ class XmlMachine(MachineBase):
         return True
 
     def _skip_param(self, final: bool) -> bool:
+        self.state = self.s_skip_param
+        return True
+
+    def s_skip_param(self, final: bool) -> bool:
         """A malformed argument tag: skip to its closing tag, keeping the text in the call's raw."""
         pos = self.pos
         i, marker = MarkerSet((self.spec.param_close,)).find(self.buf, pos, final)
