@@ -41,6 +41,9 @@ KIMI_THINK = ThinkSpec(
     (("<|tool_calls_section_begin|>", None), ("<|tool_call_section_begin|>", None)),
 )
 SEED_THINK = ThinkSpec(("<seed:think>",), ("</seed:think>",))
+GEMMA4_THINK = ThinkSpec(("<|channel>thought",), ("<channel|>",))
+# Apriel 1.5 reasons without an opening tag, then answers in [BEGIN FINAL RESPONSE] ... [END FINAL RESPONSE].
+APRIEL_THINK = ThinkSpec(("<thinking>",), ("</thinking>", "[BEGIN FINAL RESPONSE]"), (("<tool_calls>", None),))
 MISTRAL_THINK = ThinkSpec(("[THINK]",), ("[/THINK]",))
 R7B_THINK = ThinkSpec(("<|START_THINKING|>",), ("<|END_THINKING|>",))
 APERTUS_THINK = ThinkSpec(("<|inner_prefix|>",), ("<|inner_suffix|>",))
@@ -150,6 +153,15 @@ R7B = JsonSpec(
     strip=("<|START_RESPONSE|>", "<|END_RESPONSE|>"),
 )
 APERTUS = _list("<|tools_prefix|>", ("<|tools_suffix|>",), CallKeys(name_as_key=True))
+APRIEL = JsonSpec({"<tool_calls>": Block("list", ("</tool_calls>",))}, strip=("[END FINAL RESPONSE]",))
+_R_PLUS_KEYS = CallKeys(("tool_name",), ("parameters",))
+# Command R+: "Action:" then a fenced JSON list (the fence is optional).
+COMMAND_R_PLUS = JsonSpec(
+    {
+        "Action:": Block("auto", nested=True, keys=_R_PLUS_KEYS),
+        "```json": Block("object", ("```",), nested=True, keys=_R_PLUS_KEYS),
+    }
+)
 
 # -- name, then JSON arguments, between special markers ---------------------------------------------------
 
@@ -209,6 +221,7 @@ def _xml_format(name: str, summary: str, spec: XmlSpec, think: ThinkSpec | None 
 
 
 _HARMONY_SYNTAX = (START, CHANNEL, MESSAGE, CONSTRAIN, *ENDS)
+_GEMMA4 = ("<|tool_call>", "<tool_call|>", '<|"|>')
 _PLAIN = _json(JsonSpec({}))
 
 FORMATS: list[Format] = [
@@ -253,6 +266,10 @@ FORMATS: list[Format] = [
     _json_format("command_r7b", "Command R7B: <|START_ACTION|>[{tool_call_id, tool_name, parameters}]...",
                  R7B, R7B_THINK),
     # name, then JSON arguments, between special markers
+    _json_format("apriel", "Apriel 1.5: reasoning, then [BEGIN FINAL RESPONSE]; calls in <tool_calls>[...]",
+                 APRIEL, APRIEL_THINK, forced_open=True),
+    _json_format("command_r_plus", "Command R+: Action: then a fenced JSON list of {tool_name, parameters}",
+                 COMMAND_R_PLUS, None),
     _json_format("deepseek_v3", "DeepSeek V3: function<｜tool▁sep｜>f + fenced JSON in a tool-calls section",
                  DEEPSEEK),
     _json_format("deepseek_r1", "DeepSeek R1: V3 calls, forced-open <think>, distill marker variants",
@@ -281,6 +298,8 @@ FORMATS: list[Format] = [
            syntax=("<|python_start|>", "<|python_end|>", "[", "]")),
     Format("function_gemma", "FunctionGemma: <start_function_call>call:f{k:<escape>v<escape>}...",
            _of(GemmaMachine), syntax=(GemmaMachine.OPEN, GemmaMachine.CLOSE, ESC)),
+    Format("gemma4", "Gemma 4: <|tool_call>call:f{k:<|\"|>v<|\"|>}<tool_call|>, <|channel>thought reasoning",
+           _of(GemmaMachine, markers=_GEMMA4), GEMMA4_THINK, syntax=_GEMMA4),
     # channels, envelopes, recipients
     Format("gpt_oss", "gpt-oss harmony: analysis / commentary to=functions.f / final channels",
            _of(HarmonyMachine), syntax=_HARMONY_SYNTAX),

@@ -337,14 +337,25 @@ ESC = "<escape>"
 
 
 class GemmaMachine(MachineBase):
-    """FunctionGemma: ``<start_function_call>call:f{k:<escape>text<escape>,n:25}<end_function_call>``."""
+    """FunctionGemma: ``<start_function_call>call:f{k:<escape>text<escape>,n:25}<end_function_call>``.
+
+    Gemma 4 writes the same grammar with other markers: ``<|tool_call>call:f{k:<|"|>text<|"|>}<tool_call|>``.
+    """
 
     OPEN, CLOSE = "<start_function_call>", "<end_function_call>"
 
-    def __init__(self, out: Sink, opts: Options, think: ThinkSpec | None = None) -> None:
+    def __init__(
+        self,
+        out: Sink,
+        opts: Options,
+        think: ThinkSpec | None = None,
+        *,
+        markers: tuple[str, str, str] = (OPEN, CLOSE, ESC),
+    ) -> None:
         super().__init__(out, opts, think)
-        self._open = MarkerSet((self.OPEN,))
-        self._esc = MarkerSet((ESC,))
+        self._open_tag, self._close_tag, self._esc_tag = markers
+        self._open = MarkerSet((self._open_tag,))
+        self._esc = MarkerSet((self._esc_tag,))
         self._name = ""
         self._writer: ArgsWriter | None = None
         self._parts: list[str] = []
@@ -447,7 +458,7 @@ class GemmaMachine(MachineBase):
                     return True
                 return i > pos
             if marker is not None:  # a top-level string: stream it
-                self.hold(i + len(ESC))
+                self.hold(i + len(self._esc_tag))
                 self.state = self.s_string
                 return True
         return self._scan_value(final)
@@ -465,36 +476,36 @@ class GemmaMachine(MachineBase):
                 self.state = self.s_body
                 return True
             return i > pos
-        self.hold(i + len(ESC))
+        self.hold(i + len(self._esc_tag))
         self._writer.end_string()
         self.state = self.s_args
         return True
 
     def _scan_value(self, final: bool) -> bool:
         """A number, literal, or nested ``{...}``/``[...]``: held until its ``,`` or ``}``."""
-        buf, pos = self.buf, self.pos
+        buf, pos, esc = self.buf, self.pos, self._esc_tag
         i, n = pos, len(buf)
         end = -1
         while i < n:
             if self._in_esc:
-                j = buf.find(ESC, i)
+                j = buf.find(esc, i)
                 if j < 0:
-                    i = max(i, n - len(ESC) + 1)
+                    i = max(i, n - len(esc) + 1)
                     break
-                self._in_esc, i = False, j + len(ESC)
+                self._in_esc, i = False, j + len(esc)
                 continue
-            if buf.startswith(ESC, i):
-                self._in_esc, i = True, i + len(ESC)
+            if buf.startswith(esc, i):
+                self._in_esc, i = True, i + len(esc)
                 continue
             c = buf[i]
             if c in "{[":
                 self._depth += 1
             elif c in "]}" and self._depth:
                 self._depth -= 1
-            elif c in ",}":
+            elif c in ",}" and not self._depth:
                 end = i
                 break
-            elif c == "<" and n - i < len(ESC) and ESC.startswith(buf[i:]) and not final:
+            elif c == esc[0] and n - i < len(esc) and esc.startswith(buf[i:]) and not final:
                 break
             i += 1
         stop = end if end >= 0 else i
@@ -506,14 +517,14 @@ class GemmaMachine(MachineBase):
                 return True
             return stop > pos
         assert self._writer is not None
-        self._writer.value(gemma_json("".join(self._parts)))
+        self._writer.value(gemma_json("".join(self._parts), esc))
         self.state = self.s_args
         return True
 
     def s_end(self, final: bool) -> bool:
         buf = self.buf
         i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        marker, undecided = MarkerSet((self.CLOSE,)).match(buf, i, final)
+        marker, undecided = MarkerSet((self._close_tag,)).match(buf, i, final)
         if undecided or (i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD):
             return False
         if marker is not None:
@@ -523,18 +534,18 @@ class GemmaMachine(MachineBase):
         return True
 
 
-def gemma_json(text: str) -> str:
+def gemma_json(text: str, esc: str = ESC) -> str:
     """JSON for a FunctionGemma value: ``{k:v}``, ``[a,b]``, ``<escape>s<escape>``, or a bare token."""
-    value, _ = _gemma_value(text.strip(), 0)
+    value, _ = _gemma_value(text.strip(), 0, esc)
     return _dumps(value)
 
 
-def _gemma_value(s: str, i: int) -> tuple[object, int]:
+def _gemma_value(s: str, i: int, esc: str) -> tuple[object, int]:
     i = skip_space(s, i)
-    if s.startswith(ESC, i):
-        end = s.find(ESC, i + len(ESC))
+    if s.startswith(esc, i):
+        end = s.find(esc, i + len(esc))
         end = len(s) if end < 0 else end
-        return s[i + len(ESC) : end], end + len(ESC)
+        return s[i + len(esc) : end], end + len(esc)
     if i < len(s) and s[i] in "{[":
         closing = "}" if s[i] == "{" else "]"
         items: list[object] = []
@@ -551,10 +562,10 @@ def _gemma_value(s: str, i: int) -> tuple[object, int]:
                 colon = s.find(":", i)
                 if colon < 0:
                     return obj, len(s)
-                key = s[i:colon].strip()
-                obj[key], i = _gemma_value(s, colon + 1)
+                key = s[i:colon].strip().replace(esc, "")
+                obj[key], i = _gemma_value(s, colon + 1, esc)
             else:
-                item, i = _gemma_value(s, i)
+                item, i = _gemma_value(s, i, esc)
                 items.append(item)
     end = i
     while end < len(s) and s[end] not in ",}]":
