@@ -30,12 +30,19 @@ KB = 1000
 #: (prefix, suffix) around the argument string, per format
 CALLS: dict[str, tuple[str, str]] = {
     "hermes": ('<tool_call>{"name": "write_file", "arguments": {"content": "', '"}}</tool_call>'),
-    "qwen3_coder": ("<tool_call>\n<function=write_file>\n<parameter=content>\n", "\n</parameter>\n</function>\n</tool_call>"),
+    "qwen3_coder": (
+        "<tool_call>\n<function=write_file>\n<parameter=content>\n",
+        "\n</parameter>\n</function>\n</tool_call>",
+    ),
     "kimi_k2": (
-        '<|tool_calls_section_begin|><|tool_call_begin|>functions.write_file:0<|tool_call_argument_begin|>{"content": "',
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.write_file:0"
+        '<|tool_call_argument_begin|>{"content": "',
         '"}<|tool_call_end|><|tool_calls_section_end|>',
     ),
-    "gpt_oss": ('<|channel|>commentary to=functions.write_file <|constrain|>json<|message|>{"content": "', '"}<|call|>'),
+    "gpt_oss": (
+        '<|channel|>commentary to=functions.write_file <|constrain|>json<|message|>{"content": "',
+        '"}<|call|>',
+    ),
     "deepseek_v3_1": (
         '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>write_file<｜tool▁sep｜>{"content": "',
         '"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
@@ -94,7 +101,7 @@ def stream_reparse(text: str) -> float:
             continue
         try:
             obj = partial_json_parser.loads(body, Allow.ALL)
-        except Exception:  # noqa: BLE001 - the servers swallow partial-parse errors too
+        except Exception:  # the servers swallow partial-parse errors too
             continue
         if not isinstance(obj, dict) or "arguments" not in obj:
             continue
@@ -141,9 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         if size > m:
             ours = best_of(1, lambda size=size: stream_chatcodec("hermes", completion("hermes", size)))
             guess = t * (size / m) ** 2
-            print(f"{size // KB:>5} KB{ours * 1e3:>10.1f}ms{guess:>10.0f}s {guess / ours:>7.0f}x   (re-parse extrapolated)")
-    print(f"\nre-parse growth {measured[0][0] // KB} KB -> {m // KB} KB: {t / measured[0][1]:.0f}x for "
-          f"{m // measured[0][0]}x the text (quadratic); chatcodec grows linearly.")
+            row = f"{size // KB:>5} KB{ours * 1e3:>10.1f}ms{guess:>10.0f}s {guess / ours:>7.0f}x"
+            print(row + "   (re-parse extrapolated)")
+    print(
+        f"\nre-parse growth {measured[0][0] // KB} KB -> {m // KB} KB: {t / measured[0][1]:.0f}x for "
+        f"{m // measured[0][0]}x the text (quadratic); chatcodec grows linearly."
+    )
     print("\nlinearity:", "ok" if ok else "FAILED (200 KB cost more than 13x 20 KB)")
     return 0 if ok else 1
 

@@ -64,7 +64,11 @@ def rebuild(deltas: list[Delta]) -> Streamed:
     reasoning: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     for delta in deltas:
-        set_fields = [delta.content is not None, delta.reasoning_content is not None, delta.tool_call is not None]
+        set_fields = [
+            delta.content is not None,
+            delta.reasoning_content is not None,
+            delta.tool_call is not None,
+        ]
         assert sum(set_fields) == 1, f"a delta must set exactly one field: {delta}"
         if delta.content is not None:
             assert delta.content, "empty content delta"

@@ -164,11 +164,13 @@ def test_calls_inside_reasoning_are_not_run_unless_the_format_says_so() -> None:
     assert hermes.decode(text).tool_calls == ()
     # Qwen3.5 and Kimi K2 open real calls inside their thinking: that ends the reasoning.
     qwen = decoder("qwen3_coder", thinking_forced_open=True).decode(
-        "I will look.\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>")
+        "I will look.\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>"
+    )
     assert (qwen.reasoning_content, qwen.tool_calls[0].arguments) == ("I will look.", {"a": 1})
     kimi = decoder("kimi_k2", thinking_forced_open=True).decode(
         "plan<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}"
-        "<|tool_call_end|><|tool_calls_section_end|>")
+        "<|tool_call_end|><|tool_calls_section_end|>"
+    )
     assert kimi.reasoning_content == "plan" and kimi.tool_calls[0].name == "f"
 
 
@@ -221,11 +223,13 @@ def test_xml_string_values_stream_before_they_close() -> None:
 def test_minimax_and_dsml_blocks_hold_several_calls() -> None:
     minimax = decoder("minimax_m2").decode(
         '<minimax:tool_call><invoke name="a"><parameter name="x">1</parameter></invoke>'
-        '<invoke name="b"></invoke></minimax:tool_call>')
+        '<invoke name="b"></invoke></minimax:tool_call>'
+    )
     assert [(c.name, c.arguments) for c in minimax.tool_calls] == [("a", {"x": 1}), ("b", {})]
     dsml = decoder("deepseek_dsml").decode(
         '<｜DSML｜function_calls><｜DSML｜invoke name="a"><｜DSML｜parameter name="n" string="true">5'
-        '</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>')
+        "</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>"
+    )
     assert dsml.tool_calls[0].arguments == {"n": "5"}
 
 
@@ -239,15 +243,17 @@ def test_glm_call_without_arguments() -> None:
 def test_gemma4_calls_and_reasoning() -> None:
     message = decoder("gemma4").decode(
         '<|channel>thought\nhmm\n<channel|>Ok<|tool_call>call:f{city:<|"|>Paris, "FR"<|"|>,n:2,'
-        'o:{<|"|>k<|"|>:[true,null]}}<tool_call|>')
+        'o:{<|"|>k<|"|>:[true,null]}}<tool_call|>'
+    )
     assert message.reasoning_content == "hmm" and message.content == "Ok"
     assert message.tool_calls[0].arguments == {"city": 'Paris, "FR"', "n": 2, "o": {"k": [True, None]}}
 
 
 def test_command_r_plus_action_block() -> None:
     message = decoder("command_r_plus").decode(
-        'Let me look.\nAction:\n```json\n[\n    {\n        "tool_name": "f",\n        "parameters": {"a": 1}\n'
-        "    }\n]```")
+        'Let me look.\nAction:\n```json\n[\n    {\n        "tool_name": "f",\n'
+        '        "parameters": {"a": 1}\n    }\n]```'
+    )
     assert message.content == "Let me look.\n" and message.tool_calls[0].arguments == {"a": 1}
 
 
@@ -277,7 +283,8 @@ def test_qwen_agent_code_block() -> None:
 def test_harmony_builtin_recipient_and_preamble() -> None:
     message = decoder("gpt_oss").decode(
         "<|channel|>commentary<|message|>Looking it up.<|end|><|start|>assistant<|channel|>commentary "
-        'to=functions.lookup <|constrain|>json<|message|>{"q": 1}<|call|>')
+        'to=functions.lookup <|constrain|>json<|message|>{"q": 1}<|call|>'
+    )
     assert message.content == "Looking it up." and message.tool_calls[0].arguments == {"q": 1}
 
 

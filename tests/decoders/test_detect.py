@@ -27,14 +27,21 @@ CALL_CONVERSATIONS = ("tools_single_call", "tools_null_content_string_args", "to
 
 #: templates with no rendering of a tool-call turn, and what their source says instead
 NO_RENDERED_CALLS: dict[str, tuple[str, str]] = {
-    "Kimi-K2-Instruct": ("kimi_k2", "the template calls list.append, which the sandbox refuses (so does "
-                         "transformers'); its source writes <|tool_calls_section_begin|> sections"),
+    "Kimi-K2-Instruct": (
+        "kimi_k2",
+        "the template calls list.append, which the sandbox refuses (so does "
+        "transformers'); its source writes <|tool_calls_section_begin|> sections",
+    ),
     "Kimi-K2-Thinking": ("kimi_k2", "as Kimi-K2-Instruct"),
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": (
-        "deepseek_r1", "renders calls only when content is None, a key transformers drops; its source writes "
-        "V3-style fenced calls and handles </think>"),
-    "ibm-granite-granite-3.3-2B-Instruct": ("granite", "ignores assistant tool_calls; its source documents "
-                                            "<|tool_call|>"),
+        "deepseek_r1",
+        "renders calls only when content is None, a key transformers drops; its source writes "
+        "V3-style fenced calls and handles </think>",
+    ),
+    "ibm-granite-granite-3.3-2B-Instruct": (
+        "granite",
+        "ignores assistant tool_calls; its source documents <|tool_call|>",
+    ),
 }
 
 
@@ -72,7 +79,8 @@ def wire_form(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     *history, turn = messages
     calls = [
         {**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"])}}
-        if not isinstance(c["function"]["arguments"], str) else c
+        if not isinstance(c["function"]["arguments"], str)
+        else c
         for c in turn["tool_calls"]
     ]
     return [*history, {**turn, "content": turn.get("content") or "", "tool_calls": calls}]
@@ -99,8 +107,13 @@ def _calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     calls = []
     for call in messages[-1]["tool_calls"]:
         args = call["function"]["arguments"]
-        calls.append({"id": call["id"], "name": call["function"]["name"],
-                      "arguments": json.loads(args) if isinstance(args, str) else args})
+        calls.append(
+            {
+                "id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": json.loads(args) if isinstance(args, str) else args,
+            }
+        )
     return calls
 
 

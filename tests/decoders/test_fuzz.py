@@ -79,11 +79,24 @@ def check_lossless(fmt: str, text: str, options: dict[str, Any], seed: int) -> N
 def pieces(fmt: str) -> st.SearchStrategy[str]:
     """Text biased towards what breaks parsers: the format's markers, cut or whole, and JSON bits."""
     markers = list(get_format(fmt).markers) or ["<tool_call>"]
-    json_bits = ['{"name": "f", "arguments": {', '"', "\\", "}", "]", "[", ",", ":", '"x"', "1", "true", "null"]
+    json_bits = [
+        '{"name": "f", "arguments": {',
+        '"',
+        "\\",
+        "}",
+        "]",
+        "[",
+        ",",
+        ":",
+        '"x"',
+        "1",
+        "true",
+        "null",
+    ]
     return st.one_of(
         st.sampled_from(markers),
         st.sampled_from(markers).flatmap(lambda m: st.integers(1, len(m)).map(lambda k: m[:k])),
-        st.sampled_from(json_bits + ["\n", " ", "é", "🌍", "x=", "'", "(", ")", "<", ">", "name", "f("]),
+        st.sampled_from([*json_bits, "\n", " ", "é", "🌍", "x=", "'", "(", ")", "<", ">", "name", "f("]),
         st.text(max_size=6),
     )
 

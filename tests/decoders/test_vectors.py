@@ -42,8 +42,9 @@ class Deviation:
     message: dict[str, Any] = field(default_factory=dict)
 
 
-def _msg(content: str | None = None, reasoning: str | None = None, calls: list[dict[str, Any]] | None = None
-         ) -> dict[str, Any]:
+def _msg(
+    content: str | None = None, reasoning: str | None = None, calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {"content": content, "reasoning_content": reasoning, "tool_calls": calls or []}
 
 
@@ -98,15 +99,32 @@ DEVIATIONS: dict[int, Deviation] = {
         message=_msg("[TOOL_CALLS]toolname_no_args"),
     ),
     130: Deviation(INVALID, "invalid_call"),
-    131: Deviation(LOSSLESS, message=_msg("some prefix text some suffix text", calls=[
-        {"name": "foo", "arguments": {"x": 1}}, {"name": "bar", "arguments": {"y": 2}}])),
-    133: Deviation(LOSSLESS, message=_msg("Here is the result:  Would you like to know more?", calls=[
-        {"name": "getOpenIncidentsTool", "arguments": {}}])),
+    131: Deviation(
+        LOSSLESS,
+        message=_msg(
+            "some prefix text some suffix text",
+            calls=[{"name": "foo", "arguments": {"x": 1}}, {"name": "bar", "arguments": {"y": 2}}],
+        ),
+    ),
+    133: Deviation(
+        LOSSLESS,
+        message=_msg(
+            "Here is the result:  Would you like to know more?",
+            calls=[{"name": "getOpenIncidentsTool", "arguments": {}}],
+        ),
+    ),
     135: Deviation(INVALID, "invalid_call"),
-    140: Deviation(LOSSLESS, message=_msg(" I used {searchTool} for this.", calls=[
-        {"name": "searchTool", "arguments": {"query": "test"}}])),
-    141: Deviation(LOSSLESS, message=_msg(' The arguments I passed were {"query": "test"}', calls=[
-        {"name": "searchTool", "arguments": {"query": "test"}}])),
+    140: Deviation(
+        LOSSLESS,
+        message=_msg(" I used {searchTool} for this.", calls=[{"name": "searchTool", "arguments": {"query": "test"}}]),
+    ),
+    141: Deviation(
+        LOSSLESS,
+        message=_msg(
+            ' The arguments I passed were {"query": "test"}',
+            calls=[{"name": "searchTool", "arguments": {"query": "test"}}],
+        ),
+    ),
     145: Deviation(INVALID, "invalid_call"),
     153: Deviation(
         "a call whose id/name cannot be read is kept as content up to its end marker, with what the "
@@ -118,10 +136,16 @@ DEVIATIONS: dict[int, Deviation] = {
             calls=[{"name": "valid", "arguments": {"city": "Shanghai"}, "id": "functions.valid:1"}],
         ),
     ),
-    158: Deviation(LOSSLESS, message=_msg(
-        "I will help you get the weather info.\n\n\n\nmeaningwhile, I will also check the weather in Shanghai.\n\n",
-        calls=[{"name": "get_weather", "arguments": {"city": "Beijing", "date": "2025-08-01"}},
-               {"name": "get_weather", "arguments": {"city": "Shanghai", "date": "2025-08-01"}}])),
+    158: Deviation(
+        LOSSLESS,
+        message=_msg(
+            "I will help you get the weather info.\n\n\n\nmeaningwhile, I will also check the weather in Shanghai.\n\n",
+            calls=[
+                {"name": "get_weather", "arguments": {"city": "Beijing", "date": "2025-08-01"}},
+                {"name": "get_weather", "arguments": {"city": "Shanghai", "date": "2025-08-01"}},
+            ],
+        ),
+    ),
     159: Deviation(
         "every argument is closed; only </tool_call> is missing at the end of the text (a stop token cut "
         "off), so the call is accepted, as Hermes does in vector 111. vLLM's GLM parser refuses it",
@@ -133,12 +157,15 @@ DEVIATIONS: dict[int, Deviation] = {
         message=_msg("Let me check the weather: ", calls=[{"name": "get_weather", "arguments": '{"location": '}]),
     ),
     179: Deviation("SGLang strips the space before [TOOL_CALLS]; we keep content verbatim", "whitespace"),
-    195: Deviation("reasoning is stripped at both ends (template formatting); vLLM keeps the trailing "
-                   "newlines", "whitespace"),
+    195: Deviation(
+        "reasoning is stripped at both ends (template formatting); vLLM keeps the trailing newlines",
+        "whitespace",
+    ),
     228: Deviation(
         "lossless policy: markers the model echoes inside content stay in it (Ollama strips them)",
-        message=_msg("Here's the weather: <｜tool▁output▁begin｜>Temperature: 22°C, Sunny<｜tool▁output▁end｜>"
-                     " Hope that helps!"),
+        message=_msg(
+            "Here's the weather: <｜tool▁output▁begin｜>Temperature: 22°C, Sunny<｜tool▁output▁end｜> Hope that helps!"
+        ),
     ),
 }
 
@@ -154,7 +181,8 @@ def run_vector(v: dict[str, Any]) -> AssistantMessage:
 def as_expected(message: AssistantMessage, expected: dict[str, Any]) -> dict[str, Any]:
     """Our message in the vectors' shape; ids only where the vector states one (see below)."""
     calls = []
-    for ours, theirs in zip(message.tool_calls, expected["tool_calls"] + [{}] * len(message.tool_calls)):
+    padded = [*expected["tool_calls"], *[{}] * len(message.tool_calls)]
+    for ours, theirs in zip(message.tool_calls, padded, strict=False):
         call = {"name": ours.name, "arguments": ours.arguments}
         # Vectors carry an id only where the source asserted it; llama.cpp's Kimi cases do not,
         # although the output has one (and we keep it).

@@ -1,7 +1,8 @@
 """Decode model output into content, reasoning and tool calls, whole or streamed.
 
 >>> from chatcodec.decoders import decoder
->>> msg = decoder("hermes").decode('Let me check.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>')
+>>> text = 'Let me check.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+>>> msg = decoder("hermes").decode(text)
 >>> msg.content, msg.tool_calls[0].name, msg.tool_calls[0].arguments
 ('Let me check.', 'get_weather', {'city': 'Paris'})
 >>> msg.to_openai()["tool_calls"][0]["function"]["arguments"]

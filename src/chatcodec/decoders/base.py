@@ -319,8 +319,8 @@ class DecodeStream:
     >>> stream = decoder("hermes").stream()
     >>> [d.to_openai() for d in stream.feed("Hi <tool_")]
     [{'content': 'Hi '}]
-    >>> [d.to_openai() for d in stream.feed('call>{"name": "f", "arguments": {"x": 1}}</tool_call>')]
-    [{'tool_calls': [{'index': 0, 'id': 'call_0', 'type': 'function', 'function': {'name': 'f', 'arguments': '{"x": 1}'}}]}]
+    >>> [d.tool_call for d in stream.feed('call>{"name": "f", "arguments": {"x": 1}}</tool_call>')]
+    [ToolCallDelta(index=0, id=None, name='f', arguments='{"x": 1}')]
     >>> stream.finish()
     []
     """

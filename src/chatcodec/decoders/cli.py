@@ -37,14 +37,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--list-formats", action="store_true", help="print the formats and exit")
     parser.add_argument("--stream", action="store_true", help="print OpenAI streaming deltas as JSON lines")
     parser.add_argument("--chunk-size", type=int, metavar="N", help="with --stream, feed stdin N bytes at a time")
-    parser.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
-                        help="none keeps reasoning (and its tags) in content (default: auto)")
-    parser.add_argument("--thinking-forced-open", action=argparse.BooleanOptionalAction, default=None,
-                        help="the prompt already opened the think block (default: from the template or format)")
-    parser.add_argument("--enable-thinking", action=argparse.BooleanOptionalAction, default=None,
-                        help="the enable_thinking the prompt was rendered with")
-    parser.add_argument("--tools", metavar="FILE", help="JSON tools list (or a request with 'tools'): names "
-                        "are checked and XML-style argument values typed by their schemas")
+    parser.add_argument(
+        "--reasoning-format",
+        choices=REASONING_FORMATS,
+        default="auto",
+        help="none keeps reasoning (and its tags) in content (default: auto)",
+    )
+    parser.add_argument(
+        "--thinking-forced-open",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the prompt already opened the think block (default: from the template or format)",
+    )
+    parser.add_argument(
+        "--enable-thinking",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the enable_thinking the prompt was rendered with",
+    )
+    parser.add_argument(
+        "--tools",
+        metavar="FILE",
+        help="JSON tools list (or a request with 'tools'): names "
+        "are checked and XML-style argument values typed by their schemas",
+    )
     parser.add_argument("--tag", help="the tool-call tag, for Ollama's template-tag formats")
     parser.set_defaults(handler=run)
 

@@ -58,16 +58,16 @@ BACKOFF = 48
 PROMPT_SLACK = 16
 
 #: ties go to the format listed first; the rest follow in name order
+#: (llama3_json comes first: on bare JSON it ties with Hermes' bare-object fallback and is the real
+#: owner; wherever Hermes tags are present, Hermes explains more of the text and wins outright.)
 PREFERENCE = (
-    "llama3_json", "hermes", "qwen3_coder", "glm45", "minimax_m2", "deepseek_dsml", "seed_oss", "kimi_k2", "deepseek_v3_1",
-    "deepseek_v3", "deepseek_r1", "mistral_v11", "mistral_v13", "mistral_pre_v11", "gpt_oss", "command_r7b",
-    "command_r_plus", "apriel", "granite", "nemotron_v2", "lfm2", "apertus", "phi4_mini", "phi4_mini_llamacpp",
-    "gemma4", "function_gemma", "functionary_v3_2", "functionary_v3_1", "llama4_pythonic",
+    "llama3_json", "hermes", "qwen3_coder", "glm45", "minimax_m2", "deepseek_dsml", "seed_oss", "kimi_k2",
+    "deepseek_v3_1", "deepseek_v3", "deepseek_r1", "mistral_v11", "mistral_v13", "mistral_pre_v11", "gpt_oss",
+    "command_r7b", "command_r_plus", "apriel", "granite", "nemotron_v2", "lfm2", "apertus", "phi4_mini",
+    "phi4_mini_llamacpp", "gemma4", "function_gemma", "functionary_v3_2", "functionary_v3_1", "llama4_pythonic",
     "pythonic", "granite_20b_fc", "generic",
 )  # fmt: skip
-# (llama3_json first: on bare JSON it ties with Hermes' bare-object fallback and is the real owner;
-# wherever Hermes tags are present, Hermes explains more of the text and wins outright.)
-#: never chosen by detection: aliases that add nothing, Ollama's runtime heuristics, reasoning-only parsers
+#: never chosen by detection: aliases that add nothing, Ollama's runtime heuristics, reasoning only
 _NOT_DETECTED = frozenset({
     "midm", "hermes_call_id", "hermes_qwen_agent_code", "generic_template_tag", "json_bare", "json_list",
     "mistral_nemo", "mistral_v11_vllm_text", "magistral", "nemotron_v3", "firefunction_v2",
@@ -75,8 +75,8 @@ _NOT_DETECTED = frozenset({
 })  # fmt: skip
 #: markers too common in templates to identify a format from the source alone
 _WEAK_MARKERS = frozenset({
-    "{", "}", "[", "]", ";", "```", "```json", "```xml", "functools", "Action:", "all", "<response>", "</response>",
-    "<think>", "</think>", "<tool>", "<tools>", "</tools>", "<json>", "</json>", "<xml>", "</xml>",
+    "{", "}", "[", "]", ";", "```", "```json", "```xml", "functools", "Action:", "all", "<response>",
+    "</response>", "<think>", "</think>", "<tool>", "<tools>", "</tools>", "<json>", "</json>", "<xml>", "</xml>",
     # end-of-turn tokens many unrelated templates share
     "<|end|>", "<|start|>", "<|return|>", "<|eot_id|>", "<|eom_id|>",
 })  # fmt: skip
@@ -144,7 +144,11 @@ def _call_windows(template: ChatTemplate) -> list[str]:
         without = _render(template, [_USER], add_generation_prompt=True) or ""
     for arguments in (PROBE_ARGS, json.dumps(PROBE_ARGS)):
         for content in (PROBE_TEXT, None, ""):
-            call = {"id": PROBE_ID, "type": "function", "function": {"name": PROBE_NAME, "arguments": arguments}}
+            call = {
+                "id": PROBE_ID,
+                "type": "function",
+                "function": {"name": PROBE_NAME, "arguments": arguments},
+            }
             rendered = _render(template, [_USER, {"role": "assistant", "content": content, "tool_calls": [call]}])
             if rendered is None:
                 continue

@@ -40,8 +40,19 @@ class JsonValue:
     After ``done``: ``stopped`` if a stop marker cut the value, ``truncated`` if the text ended first.
     """
 
-    __slots__ = ("_outside", "_stops", "depth", "done", "emit", "esc", "in_str", "scalar", "started",
-                 "stopped", "truncated")
+    __slots__ = (
+        "_outside",
+        "_stops",
+        "depth",
+        "done",
+        "emit",
+        "esc",
+        "in_str",
+        "scalar",
+        "started",
+        "stopped",
+        "truncated",
+    )
 
     def __init__(self, emit: Emit | None = None, stops: MarkerSet | None = None) -> None:
         self.emit = emit
@@ -440,9 +451,7 @@ class CallObject:
         self.state = _END
         if m.out.calling or self.defer:
             return
-        if self.name is None or (self.args is None and self.keys.need_args):
-            self.failed = True
-        elif not m.commit(self.name, self.id):
+        if self.name is None or (self.args is None and self.keys.need_args) or not m.commit(self.name, self.id):
             self.failed = True
         else:
             m.out.args(self.args if self.args is not None else "{}")

@@ -432,7 +432,7 @@ class GemmaMachine(MachineBase):
             self._give_up()
             return True
         key = buf[i:colon].strip()
-        if not key or any(ch in "{}<>,\"" or ch.isspace() for ch in key):
+        if not key or any(ch in '{}<>,"' or ch.isspace() for ch in key):
             self._give_up()
             return True
         if not self._commit():

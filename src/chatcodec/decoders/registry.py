@@ -123,8 +123,15 @@ class Decoder:
         )
 
 
-_OPTION_NAMES = ("reasoning_format", "thinking_forced_open", "enable_thinking", "tools", "tools_schema",
-                 "template", "tag")
+_OPTION_NAMES = (
+    "reasoning_format",
+    "thinking_forced_open",
+    "enable_thinking",
+    "tools",
+    "tools_schema",
+    "template",
+    "tag",
+)
 
 
 def decoder(
@@ -158,9 +165,7 @@ def decoder(
     """
     fmt = get_format(format)
     if reasoning_format not in REASONING_FORMATS:
-        raise DecodeError(
-            f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}, not {reasoning_format!r}."
-        )
+        raise DecodeError(f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}, not {reasoning_format!r}.")
     if thinking_forced_open is None:
         thinking_forced_open = enable_thinking if fmt.opens_think and enable_thinking is not None else None
     if thinking_forced_open is None:

@@ -188,12 +188,12 @@ class JsonMachine(MachineBase):
         """``<tool_call>CALL_ID\\n{``: read the id, which must be followed by whitespace and ``{``."""
         buf, i = self.buf, self.pos
         end = i
-        while end < len(buf) and end - i <= 128 and not buf[end].isspace() and buf[end] not in "{}<>\"":
+        while end < len(buf) and end - i <= 128 and not buf[end].isspace() and buf[end] not in '{}<>"':
             end += 1
         k = skip_space(buf, end, 64)
         if k >= len(buf) and not final and end - i <= 128:
             return False
-        if end == i or end - i > 128 or end == k or k >= len(buf) or buf[k] != "{":
+        if end in (i, k) or end - i > 128 or k >= len(buf) or buf[k] != "{":
             self._give_up()
             return True
         self._line_id = buf[i:end]

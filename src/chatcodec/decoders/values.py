@@ -84,7 +84,7 @@ def could_be_json(text: str) -> bool:
     if not text:
         return True
     c = text[0]
-    if c in "{[\"":
+    if c in '{["':
         return True
     if c in "-0123456789":
         return all(ch in "0123456789+-.eE" for ch in text)
@@ -145,8 +145,19 @@ class ArgsWriter:
 
 # -- Python literals ---------------------------------------------------------------------------
 
-_PY_SIMPLE = {"\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
-              "t": "\t", "v": "\v", "\n": ""}
+_PY_SIMPLE = {
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\n": "",
+}
 _HEX_WIDTH = {"x": 2, "u": 4, "U": 8}
 
 

@@ -107,7 +107,7 @@ class _Value:
             self._stream(held)
 
     def _still_json(self, text: str) -> bool:
-        if self._first in "{[\"":
+        if self._first in '{["':
             return True
         if self._first in "-0123456789":
             self._digits = self._digits and all(c in "0123456789+-.eE" or c.isspace() for c in text)
@@ -155,8 +155,14 @@ class XmlMachine(MachineBase):
         in_call = [spec.param_open, *([spec.call_close] if spec.call_close else spec.block_close)]
         self._in_call = MarkerSet(in_call)
         self._name_end = MarkerSet(["\n", spec.param_open, *spec.block_close]) if spec.call_open is None else None
-        self._key_end = MarkerSet([spec.key_close or ">", spec.param_open, spec.param_close, *(
-            [spec.value_open] if spec.value_open else [])])
+        self._key_end = MarkerSet(
+            [
+                spec.key_close or ">",
+                spec.param_open,
+                spec.param_close,
+                *([spec.value_open] if spec.value_open else []),
+            ]
+        )
         enders = [spec.param_close, spec.param_open, *([spec.call_close] if spec.call_close else [])]
         self._enders = MarkerSet(enders)
         after_param = (spec.param_open, *([spec.call_close] if spec.call_close else ()), *spec.block_close)
