@@ -123,6 +123,20 @@ def test_id_after_the_arguments_arrives_in_its_own_delta() -> None:
     assert rebuild(deltas).calls == [("f", "abcdefghi", '{"a": 1}')]
 
 
+def test_nested_arguments_in_bare_json_formats() -> None:
+    nested = {"a": {"b": [1, {"c": 2}], "d": [[1], []]}}
+    args = json.dumps(nested)
+    for fmt, text in [
+        ("llama3_json", f'{{"name": "f", "parameters": {args}}}'),
+        ("json_bare", f'{{"name": "f", "arguments": {args}}}'),
+        ("hermes", f'{{"name": "f", "arguments": {args}}}'),
+        ("json_list", f'[{{"name": "f", "arguments": {args}}}]'),
+        ("generic_template_tag", f'<tool_call>{{"name": "f", "arguments": {args}}}</tool_call>'),
+    ]:
+        (call,) = decoder(fmt).decode(text).tool_calls
+        assert call.arguments == nested and call.error is None, fmt
+
+
 def test_a_truncated_call_is_flagged_and_keeps_its_text() -> None:
     message = decoder("hermes").decode('<tool_call>{"name": "f", "arguments": {"a": "tru')
     (call,) = message.tool_calls

@@ -106,7 +106,10 @@ class JsonMachine(MachineBase):
         self._block = block
         self._closers = list(block.close)
         self._line_id = None
-        self._stops = MarkerSet((marker, *block.close, *block.call_open, *block.call_close))
+        # Outside JSON strings, these end a call whose JSON never closed. A bare bracket opener is
+        # JSON itself, so it cannot be one.
+        opener = () if marker in ("{", "[") else (marker,)
+        self._stops = MarkerSet((*opener, *block.close, *block.call_open, *block.call_close))
         if block.kind == "list":
             self._sub = CallList(block.keys, self._stops)
             self.state = self.s_list
