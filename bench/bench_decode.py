@@ -7,6 +7,7 @@ the arguments and diff them against what was sent. That is quadratic.
 
     PYTHONPATH=src python bench/bench_decode.py            # about a minute
     PYTHONPATH=src python bench/bench_decode.py --full     # also re-parses 20 KB (slow, by design)
+    PYTHONPATH=src python bench/bench_decode.py --adversarial  # flood every vector, cut anywhere
 
 Exit status 1 if the linearity check fails.
 """
@@ -19,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 try:
     from chatcodec.decoders import decoder
@@ -114,10 +116,49 @@ def stream_reparse(text: str) -> float:
     return time.perf_counter() - start
 
 
+def adversarial() -> float:
+    """Cut every parse vector at several points and flood it one character at a time.
+
+    Returns the worst growth from 1,000 to 10,000 flood characters (linear is 10x).
+    """
+    shared = Path(__file__).resolve().parents[2] / "shared" / "parse-vectors.jsonl"
+    if not shared.is_file():
+        print(f"(no parse vectors at {shared}: adversarial sweep skipped)")
+        return 0.0
+
+    def flood(d: Any, prefix: str, n: int, filler: str) -> float:
+        stream = d.stream()
+        stream.feed(prefix)
+        start = time.perf_counter()
+        for _ in range(n):
+            stream.feed(filler)
+        stream.finish()
+        return time.perf_counter() - start
+
+    worst, where = 0.0, ""
+    for index, line in enumerate(shared.read_text(encoding="utf-8").splitlines()):
+        vector = json.loads(line)
+        d = decoder(vector["format"], **vector.get("options", {}))
+        out = vector["output"]
+        for cut in sorted({len(out) // 4, len(out) // 2, 3 * len(out) // 4}):
+            for filler in (" ", "a", "{", '"', "\\", "<", "\n"):
+                small = flood(d, out[:cut], 1000, filler)
+                if small < 0.002:  # too fast to time reliably, and so not the worst case
+                    continue
+                ratio = flood(d, out[:cut], 10000, filler) / small
+                if ratio > worst:
+                    worst, where = ratio, f"vector {index} ({vector['format']}) cut at {cut}, flood {filler!r}"
+    print(f"adversarial sweep: worst growth {worst:.1f}x for 10x the flood ({where})")
+    return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="also run the quadratic baseline at 20 KB")
     parser.add_argument("--runs", type=int, default=3, help="best of N runs for chatcodec (default 3)")
+    parser.add_argument(
+        "--adversarial", action="store_true", help="also flood every parse vector, cut anywhere (a few minutes)"
+    )
     args = parser.parse_args(argv)
 
     print("chatcodec: one tool call, argument string of N bytes, fed one character per delta\n")
@@ -154,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         f"\nre-parse growth {measured[0][0] // KB} KB -> {m // KB} KB: {t / measured[0][1]:.0f}x for "
         f"{m // measured[0][0]}x the text (quadratic); chatcodec grows linearly."
     )
+    if args.adversarial:
+        print()
+        ok = adversarial() <= 13 and ok
     print("\nlinearity:", "ok" if ok else "FAILED (200 KB cost more than 13x 20 KB)")
     return 0 if ok else 1
 

@@ -29,12 +29,14 @@ class GenericMachine(MachineBase):
     def s_body(self, final: bool) -> bool:
         buf, pos = self.buf, self.pos
         i = skip_space(buf, pos)
+        self.hold(i)  # held with the envelope that may follow; content if none does
         if i >= len(buf) and not final:
-            return False
+            return i > pos
         if i < len(buf) and buf[i] == "{":
             self.hold(i + 1)
             self.state = self.s_key
         else:
+            self.fallback()
             self.state = self.s_text
         return True
 
@@ -81,9 +83,11 @@ class GenericMachine(MachineBase):
         sub = self._sub
         assert isinstance(sub, JsonString)
         key = "".join(self._key)
-        i = skip_space(self.buf, self.pos)
+        pos = self.pos
+        i = skip_space(self.buf, pos)
+        self.hold(i)
         if i >= len(self.buf) and not final:
-            return False
+            return i > pos
         if sub.bad or i >= len(self.buf) or self.buf[i] != ":" or key not in ("response", "tool_call", "tool_calls"):
             self._not_generic()
             return True
@@ -191,9 +195,9 @@ class FunctionaryMachine(MachineBase):
     def s_call(self, final: bool) -> bool:
         buf, pos = self.buf, self.pos
         i = skip_space(buf, pos)
-        if i >= len(buf) and not final:
-            return False
         self.hold(i)
+        if i >= len(buf) and not final:
+            return i > pos
         if i < len(buf) and buf[i] == "{" and self.commit(self._name):
             self._args = JsonValue(self.out.args, self._sep)
             self.state = self.s_json

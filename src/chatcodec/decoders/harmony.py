@@ -51,15 +51,16 @@ class HarmonyMachine(MachineBase):
         """The start of the output (and of the text after a message): a header, or plain text."""
         buf, pos = self.buf, self.pos
         i = skip_space(buf, pos)
+        self.hold(i)  # held with the header that may follow; content if none does
         if i >= len(buf) and not final:
-            return False
+            return i > pos
         marker, undecided = self._header_start.match(buf, i, final)
         if undecided:
-            return False
+            return i > pos
         if marker is None:
+            self.fallback()
             self.state = self.s_text
             return True
-        self.hold(i)
         self._header = []
         self.state = self.s_header
         return True

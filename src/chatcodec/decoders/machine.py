@@ -141,6 +141,7 @@ class MachineBase:
         if think is not None:
             self._think_ends = MarkerSet(think.end + tuple(m for m, _ in think.implicit))
             self._think_starts = MarkerSet(think.start)
+            self._implicit = dict(think.implicit)
             self._lead: list[str] = []
             self.state = self.s_think_open if opts.forced_open else self.s_start
 
@@ -240,23 +241,29 @@ class MachineBase:
         else:
             self.out.content(text)
 
-    def s_start(self, final: bool) -> bool:
-        """Output start, outside reasoning: a think block may open after leading whitespace."""
+    def _leading_tag(self, final: bool) -> tuple[bool, str | None]:
+        """Take leading whitespace aside, then look for a start tag: ``(decided, tag or None)``."""
         buf, pos = self.buf, self.pos
         i = skip_space(buf, pos)
         if i > pos:
             self._lead.append(buf[pos:i])
             self.pos = i
         if i == len(buf) and not final:
-            return i > pos
+            return False, None
         tag, undecided = self._think_starts.match(buf, i, final)
-        if undecided:
-            return i > pos
+        return not undecided, tag
+
+    def s_start(self, final: bool) -> bool:
+        """Output start, outside reasoning: a think block may open after leading whitespace."""
+        pos = self.pos
+        decided, tag = self._leading_tag(final)
+        if not decided:
+            return self.pos > pos
         lead = "".join(self._lead)
         self._lead.clear()
         if tag is not None:
             self._think_tag(lead + tag)
-            self.pos = i + len(tag)
+            self.pos += len(tag)
             self.state = self.s_think
         else:
             self.out.content(lead)
@@ -269,22 +276,15 @@ class MachineBase:
         A model that writes the opening tag again gets it treated as markup (llama.cpp keeps it in
         the reasoning text; see the vector-test deviations).
         """
-        buf, pos = self.buf, self.pos
-        i = skip_space(buf, pos)
-        if i > pos:
-            self._lead.append(buf[pos:i])
-            self.pos = i
-        if i == len(buf) and not final:
-            return i > pos
-        tag, undecided = self._think_starts.match(buf, i, final)
-        if undecided:
-            return i > pos
-        lead = "".join(self._lead)
+        pos = self.pos
+        decided, tag = self._leading_tag(final)
+        if not decided:
+            return self.pos > pos
+        self._think_text("".join(self._lead))
         self._lead.clear()
-        self._think_text(lead)
         if tag is not None:
             self._think_tag(tag)
-            self.pos = i + len(tag)
+            self.pos += len(tag)
         self.state = self.s_think
         return True
 
@@ -306,7 +306,7 @@ class MachineBase:
             self.pos = i + len(marker)
             self.state = self.s_body
             return True
-        follow = dict(self.think.implicit)[marker]
+        follow = self._implicit[marker]
         if follow is None:
             self.state = self.s_body
             return True

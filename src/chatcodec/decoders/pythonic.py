@@ -287,12 +287,22 @@ class PythonicMachine(MachineBase):
             return i > pos
         bracketed = True
         if marker != "[":
-            j = skip_space(self.buf, i + len(marker))
-            if j >= len(self.buf) and not final:
-                return i > pos
-            self.hold(j)
-            bracketed = self.buf.startswith("[", j)
+            self.hold(skip_space(self.buf, i + len(marker)))
+            if self.pos >= len(self.buf) and not final:
+                self.state = self.s_start_list
+                return True
+            bracketed = self.buf.startswith("[", self.pos)
         self._list = PyCallList(bracketed)
+        self.state = self.s_list
+        return True
+
+    def s_start_list(self, final: bool) -> bool:
+        """After ``<|python_start|>`` and whitespace: a bracketed list, or bare calls."""
+        pos = self.pos
+        self.hold(skip_space(self.buf, pos))
+        if self.pos >= len(self.buf) and not final:
+            return self.pos > pos
+        self._list = PyCallList(self.buf.startswith("[", self.pos))
         self.state = self.s_list
         return True
 
