@@ -10,7 +10,7 @@ arguments are the body verbatim (JSON or not); otherwise the ``analysis`` channe
 from __future__ import annotations
 
 from .base import Sink
-from .machine import MachineBase, MarkerSet, Options, ThinkSpec, skip_space
+from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .tagged_json import valid_name
 
 START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
@@ -79,7 +79,7 @@ class HarmonyMachine(MachineBase):
     def s_header(self, final: bool) -> bool:
         buf, pos = self.buf, self.pos
         size = sum(map(len, self._header))
-        i, marker = MarkerSet((MESSAGE,)).find(buf, pos, final)
+        i, marker = markers(MESSAGE).find(buf, pos, final)
         limit = pos + HEADER_LIMIT - size
         end = min(i, limit)
         newline = buf.find("\n", pos, end)  # a header is one line: fail exactly there

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .base import Sink
 
@@ -87,6 +88,12 @@ class MarkerSet:
             if s.startswith(marker, i):
                 return marker, False
         return None, (not final and len(s) - i < self.longest and s[i:] in self._prefixes)
+
+
+@lru_cache(maxsize=256)
+def markers(*items: str) -> MarkerSet:
+    """A cached :class:`MarkerSet` (states that need a small set on the fly use this)."""
+    return MarkerSet(items)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import json
 import re
 
 from .base import Sink
-from .machine import MachineBase, MarkerSet, Options, ThinkSpec, skip_space
+from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import ArgsWriter, py_literal_json, py_unescape, typed_value
 
 _PY_STRUCT = re.compile(r"[\"'()\[\]{},]")
@@ -332,7 +332,7 @@ class PythonicMachine(MachineBase):
             self.state = self.s_body
             return True
         i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        marker, undecided = MarkerSet((self._end,)).match(buf, i, final)
+        marker, undecided = markers(self._end).match(buf, i, final)
         if undecided or (i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD):
             return False
         if marker is not None:
@@ -534,7 +534,7 @@ class GemmaMachine(MachineBase):
     def s_end(self, final: bool) -> bool:
         buf = self.buf
         i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        marker, undecided = MarkerSet((self._close_tag,)).match(buf, i, final)
+        marker, undecided = markers(self._close_tag).match(buf, i, final)
         if undecided or (i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD):
             return False
         if marker is not None:

@@ -12,13 +12,14 @@ what each block holds (:class:`Block`), and which wrappers are markup. The shape
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .base import Sink
+from .base import Sink, parse_arguments
 from .jsonstream import CallKeys, CallList, CallObject, HeaderParser, NamedCall
-from .machine import MachineBase, MarkerSet, Options, ThinkSpec, skip_space
+from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .pythonic import PyCallList
 from .values import ArgsWriter
 
@@ -216,8 +217,7 @@ class JsonMachine(MachineBase):
         elif obj.defer:
             self.state = self.s_deferred
         else:
-            self._closed = False
-            self.state = self.s_trail
+            self._to_trail()
         return True
 
     def s_list(self, final: bool) -> bool:
@@ -245,9 +245,12 @@ class JsonMachine(MachineBase):
             self._give_up()
         else:
             self._closers = [*self._block.args_suffix, *self._block.call_close, *self._closers]
-            self._closed = False
-            self.state = self.s_trail
+            self._to_trail()
         return True
+
+    def _to_trail(self) -> None:
+        self._closed = False
+        self.state = self.s_trail
 
     def s_trail(self, final: bool) -> bool:
         """After a call's arguments: take its closing markers (and a stray brace), then end it."""
@@ -255,8 +258,7 @@ class JsonMachine(MachineBase):
         i = skip_space(buf, pos, self.LOOKAHEAD)
         if i >= len(buf) and not final and i - pos < self.LOOKAHEAD:
             return False
-        closers = MarkerSet(self._closers)
-        marker, undecided = closers.match(buf, i, final)
+        marker, undecided = markers(*self._closers).match(buf, i, final)
         if marker is not None:
             self.hold(i + len(marker))
             self._closers.remove(marker)
@@ -280,7 +282,7 @@ class JsonMachine(MachineBase):
         i = skip_space(buf, self.pos, self.LOOKAHEAD)
         if i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD:
             return False
-        marker, undecided = MarkerSet(self._closers).match(buf, i, final)
+        marker, undecided = markers(*self._closers).match(buf, i, final)
         if undecided:
             return False
         if marker is not None:
@@ -296,7 +298,7 @@ class JsonMachine(MachineBase):
         self.hold(i)
         if i >= len(buf) and not final:
             return i > pos
-        marker, undecided = MarkerSet((*block.call_open, *block.close)).match(buf, i, final)
+        marker, undecided = markers(*block.call_open, *block.close).match(buf, i, final)
         if undecided:
             return i > pos
         if marker in block.call_open:
@@ -325,7 +327,7 @@ class JsonMachine(MachineBase):
     def s_skip(self, final: bool) -> bool:
         """A malformed call inside a section: it stays content up to its end marker."""
         block, pos = self._block, self.pos
-        i, marker = MarkerSet((*block.call_close, *block.close)).find(self.buf, pos, final)
+        i, marker = markers(*block.call_close, *block.close).find(self.buf, pos, final)
         if marker in block.call_close:
             self.emit(i + len(marker or ""))
             self.state = self.s_section
@@ -378,7 +380,7 @@ class JsonMachine(MachineBase):
         if not self.commit(obj.name, obj.id):
             self._give_up()
             return True
-        self.state = self.s_trail
+        self._to_trail()
         if not buf.startswith(code, i):
             self.out.args(obj.args if obj.args is not None else "{}")
             return True
@@ -388,7 +390,7 @@ class JsonMachine(MachineBase):
         for key, value in fields.items():
             if key != "code":
                 writer.key(key)
-                writer.value(_dumps(value))
+                writer.value(json.dumps(value, ensure_ascii=False))
         writer.key("code")
         self._code_end = MarkerSet(("</code>",))
         self.state = self.s_code_block
@@ -411,24 +413,13 @@ class JsonMachine(MachineBase):
             self.end_call("the output ended inside the code block")
             self._resume()
         else:
-            self.state = self.s_trail
+            self._to_trail()
         return True
 
 
 def _object_or_empty(text: str | None) -> dict[str, object]:
-    import json
-
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _dumps(value: object) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
+    value, ok = parse_arguments(text or "{}")
+    return value if ok and isinstance(value, dict) else {}
 
 
 # -- headers -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from .base import Sink
-from .machine import MachineBase, MarkerSet, Options, ThinkSpec, skip_space
+from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import ArgsWriter, could_be_json, typed_value
 
 TAG_LIMIT = 256
@@ -381,7 +381,7 @@ class XmlMachine(MachineBase):
     def s_skip_param(self, final: bool) -> bool:
         """A malformed argument tag: skip to its closing tag, keeping the text in the call's raw."""
         pos = self.pos
-        i, marker = MarkerSet((self.spec.param_close,)).find(self.buf, pos, final)
+        i, marker = markers(self.spec.param_close).find(self.buf, pos, final)
         self.hold(i + len(marker or ""))
         if marker is not None or final:
             self.state = self.s_call
