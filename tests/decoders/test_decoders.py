@@ -172,6 +172,17 @@ def test_thinking_defaults_follow_enable_thinking() -> None:
     assert decoder("hermes", enable_thinking=True).decode("a</think>b").content == "a</think>b"
 
 
+def test_a_template_option_sets_the_think_state() -> None:
+    from chatcodec import ChatTemplate
+
+    qwq_like = ChatTemplate(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+    )
+    assert decoder("hermes", template=qwq_like).decode("a</think>b").reasoning_content == "a"
+    assert decoder("hermes", template="QwQ-32B").decode("a</think>b").content == "a</think>b"  # a name: recorded
+
+
 def test_calls_inside_reasoning_are_not_run_unless_the_format_says_so() -> None:
     hermes = decoder("hermes", thinking_forced_open=True)
     text = 'draft <tool_call>{"name": "f", "arguments": {}}</tool_call></think>done'

@@ -63,23 +63,32 @@ WRITERS: dict[str, Callable[[list[Call]], str]] = {
     "lfm2": lambda cs: "<|tool_call_start|>[" + ", ".join(obj(c) for c in cs) + "]<|tool_call_end|>",
     "apriel": lambda cs: "<tool_calls>[" + ", ".join(obj(c) for c in cs) + "]</tool_calls>",
     "apertus": lambda cs: "<|tools_prefix|>[" + ", ".join(dumps({n: a}) for n, a, _ in cs) + "]<|tools_suffix|>",
-    "command_r7b": lambda cs: "<|START_ACTION|>["
-    + ", ".join(dumps({"tool_call_id": i, "tool_name": n, "parameters": a}) for n, a, i in cs)
-    + "]<|END_ACTION|>",
-    "deepseek_v3_1": lambda cs: "<｜tool▁calls▁begin｜>"
-    + "".join(f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{dumps(a)}<｜tool▁call▁end｜>" for n, a, _ in cs)
-    + "<｜tool▁calls▁end｜>",
-    "deepseek_v3": lambda cs: "<｜tool▁calls▁begin｜>"
-    + "".join(
-        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{dumps(a)}\n```<｜tool▁call▁end｜>" for n, a, _ in cs
-    )
-    + "<｜tool▁calls▁end｜>",
-    "kimi_k2": lambda cs: "<|tool_calls_section_begin|>"
-    + "".join(
-        f"<|tool_call_begin|>functions.{n}:{k}<|tool_call_argument_begin|>{dumps(a)}<|tool_call_end|>"
-        for k, (n, a, _) in enumerate(cs)
-    )
-    + "<|tool_calls_section_end|>",
+    "command_r7b": lambda cs: (
+        "<|START_ACTION|>["
+        + ", ".join(dumps({"tool_call_id": i, "tool_name": n, "parameters": a}) for n, a, i in cs)
+        + "]<|END_ACTION|>"
+    ),
+    "deepseek_v3_1": lambda cs: (
+        "<｜tool▁calls▁begin｜>"
+        + "".join(f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{dumps(a)}<｜tool▁call▁end｜>" for n, a, _ in cs)
+        + "<｜tool▁calls▁end｜>"
+    ),
+    "deepseek_v3": lambda cs: (
+        "<｜tool▁calls▁begin｜>"
+        + "".join(
+            f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{dumps(a)}\n```<｜tool▁call▁end｜>"
+            for n, a, _ in cs
+        )
+        + "<｜tool▁calls▁end｜>"
+    ),
+    "kimi_k2": lambda cs: (
+        "<|tool_calls_section_begin|>"
+        + "".join(
+            f"<|tool_call_begin|>functions.{n}:{k}<|tool_call_argument_begin|>{dumps(a)}<|tool_call_end|>"
+            for k, (n, a, _) in enumerate(cs)
+        )
+        + "<|tool_calls_section_end|>"
+    ),
     "gpt_oss": lambda cs: "".join(
         f"<|start|>assistant<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>{dumps(a)}<|call|>"
         for n, a, _ in cs
@@ -141,18 +150,26 @@ def xml_types(args: dict[str, Any]) -> dict[str, str]:
 
 
 XML_WRITERS: dict[str, Callable[[str, dict[str, Any]], str]] = {
-    "qwen3_coder": lambda n, a: f"<tool_call>\n<function={n}>\n"
-    + "".join(f"<parameter={k}>\n{xml_value(v)}\n</parameter>\n" for k, v in a.items())
-    + "</function>\n</tool_call>",
-    "seed_oss": lambda n, a: f"<seed:tool_call>\n<function={n}>\n"
-    + "".join(f"<parameter={k}>\n{xml_value(v)}\n</parameter>\n" for k, v in a.items())
-    + "</function>\n</seed:tool_call>",
-    "glm45": lambda n, a: f"<tool_call>{n}\n"
-    + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{xml_value(v)}</arg_value>\n" for k, v in a.items())
-    + "</tool_call>",
-    "minimax_m2": lambda n, a: f'<minimax:tool_call>\n<invoke name="{n}">\n'
-    + "".join(f'<parameter name="{k}">{xml_value(v)}</parameter>\n' for k, v in a.items())
-    + "</invoke>\n</minimax:tool_call>",
+    "qwen3_coder": lambda n, a: (
+        f"<tool_call>\n<function={n}>\n"
+        + "".join(f"<parameter={k}>\n{xml_value(v)}\n</parameter>\n" for k, v in a.items())
+        + "</function>\n</tool_call>"
+    ),
+    "seed_oss": lambda n, a: (
+        f"<seed:tool_call>\n<function={n}>\n"
+        + "".join(f"<parameter={k}>\n{xml_value(v)}\n</parameter>\n" for k, v in a.items())
+        + "</function>\n</seed:tool_call>"
+    ),
+    "glm45": lambda n, a: (
+        f"<tool_call>{n}\n"
+        + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{xml_value(v)}</arg_value>\n" for k, v in a.items())
+        + "</tool_call>"
+    ),
+    "minimax_m2": lambda n, a: (
+        f'<minimax:tool_call>\n<invoke name="{n}">\n'
+        + "".join(f'<parameter name="{k}">{xml_value(v)}</parameter>\n' for k, v in a.items())
+        + "</invoke>\n</minimax:tool_call>"
+    ),
 }
 
 

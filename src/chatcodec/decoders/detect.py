@@ -30,7 +30,7 @@ from .registry import Decoder, decoder, formats, get_format
 if TYPE_CHECKING:
     from ..render import ChatTemplate
 
-__all__ = ["Detection", "decoder_for", "detect", "detect_format", "prompt_state"]
+__all__ = ["Detection", "decoder_for", "detect", "detect_format", "prompt_state", "template_think_state"]
 
 PROBE_NAME = "get_weather"
 PROBE_ARGS = {"city": "Paris"}
@@ -249,6 +249,27 @@ def _generation_prompt(template: ChatTemplate, kwargs: Mapping[str, Any]) -> str
     return with_gp[common:]
 
 
+def template_think_state(
+    template: ChatTemplate,
+    fmt: str,
+    enable_thinking: bool | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    prompt: str | None = None,
+) -> Literal["open", "closed"] | None:
+    """Whether prompts from ``template`` end inside a think block of ``fmt`` (see :func:`prompt_state`).
+
+    With the real ``prompt``, only its end is examined: about as long as the template's own
+    generation prompt, and a little more.
+    """
+    kwargs = dict(chat_template_kwargs or {})
+    if enable_thinking is not None:
+        kwargs.setdefault("enable_thinking", enable_thinking)
+    generation = _generation_prompt(template, kwargs)
+    if prompt is not None:
+        generation = prompt[-(len(generation or "") + PROMPT_SLACK) :]
+    return prompt_state(generation, fmt) if generation is not None else None
+
+
 def decoder_for(
     template: ChatTemplate,
     *,
@@ -270,15 +291,7 @@ def decoder_for(
     """
     name = detect_format(template)
     if options.get("thinking_forced_open") is None:
-        kwargs = dict(chat_template_kwargs or {})
-        if options.get("enable_thinking") is not None:
-            kwargs.setdefault("enable_thinking", options["enable_thinking"])
-        generation = _generation_prompt(template, kwargs)
-        if prompt is not None:
-            # Only the prompt's end counts (a system prompt may mention the tags): about as much as
-            # the template's own generation prompt, and a little more.
-            generation = prompt[-(len(generation or "") + PROMPT_SLACK) :]
-        state = prompt_state(generation, name) if generation is not None else None
+        state = template_think_state(template, name, options.get("enable_thinking"), chat_template_kwargs, prompt)
         if state is not None:
             options["thinking_forced_open"] = state == "open"
     options.setdefault("template", template)

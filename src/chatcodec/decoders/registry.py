@@ -156,14 +156,21 @@ def decoder(
       the parameter schemas type the values of XML-style arguments.
     - ``tools_schema``: ``{parameter: type}`` hints for every tool (``"integer"``, a JSON schema, or
       ``"anyOf[integer,null]"``).
-    - ``template``: the chat template the prompt came from (recorded; use :func:`decoder_for` to
-      derive the format and the reasoning state from it).
+    - ``template``: the chat template the prompt came from. A :class:`~chatcodec.ChatTemplate` sets
+      ``thinking_forced_open`` from its generation prompt (with ``enable_thinking``) when that is not
+      given; a name is only recorded. :func:`decoder_for` also picks the format from the template.
     - ``tag``: the tool-call tag for Ollama's template-derived formats.
 
     >>> decoder("deepseek_v3_1", thinking_forced_open=True).decode("Hmm.</think>Hi!").reasoning_content
     'Hmm.'
     """
     fmt = get_format(format)
+    if thinking_forced_open is None and template is not None and not isinstance(template, str):
+        from .detect import template_think_state
+
+        state = template_think_state(template, format, enable_thinking)
+        if state is not None:
+            thinking_forced_open = state == "open"
     if reasoning_format not in REASONING_FORMATS:
         raise DecodeError(f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}, not {reasoning_format!r}.")
     if thinking_forced_open is None:
