@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .base import Sink
+from .gemma import ESC, GemmaMachine
 from .generic import FunctionaryMachine, GenericMachine
 from .harmony import CHANNEL, CONSTRAIN, ENDS, MESSAGE, START, HarmonyMachine
 from .jsonstream import CallKeys
 from .machine import MachineBase, Options, ThinkSpec
-from .pythonic import ESC, GemmaMachine, PythonicMachine
+from .pythonic import PythonicMachine
 from .registry import Build, Format, register
 from .tagged_json import (
     Block,
