@@ -29,6 +29,7 @@ except ImportError:  # run from a checkout without installing
     from chatcodec.decoders import decoder
 
 KB = 1000
+SWEEP_LIMIT = 25
 #: (prefix, suffix) around the argument string, per format
 CALLS: dict[str, tuple[str, str]] = {
     "hermes": ('<tool_call>{"name": "write_file", "arguments": {"content": "', '"}}</tool_call>'),
@@ -119,7 +120,8 @@ def stream_reparse(text: str) -> float:
 def adversarial() -> float:
     """Cut every parse vector at several points and flood it one character at a time.
 
-    Returns the worst growth from 1,000 to 10,000 flood characters (linear is 10x).
+    Returns the worst growth from 1,000 to 10,000 flood characters: linear is about 10x (small sizes
+    are noisy), a quadratic path would be about 100x, so the sweep fails above ``SWEEP_LIMIT``.
     """
     shared = Path(__file__).resolve().parents[2] / "shared" / "parse-vectors.jsonl"
     if not shared.is_file():
@@ -197,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.adversarial:
         print()
-        ok = adversarial() <= 13 and ok
-    print("\nlinearity:", "ok" if ok else "FAILED (200 KB cost more than 13x 20 KB)")
+        ok = adversarial() <= SWEEP_LIMIT and ok
+    print("\nlinearity:", "ok" if ok else "FAILED (200 KB cost over 13x 20 KB, or a flood grew superlinearly)")
     return 0 if ok else 1
 
 
