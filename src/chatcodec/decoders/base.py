@@ -282,6 +282,8 @@ class Sink:
 
     def take(self) -> list[Delta]:
         """The deltas produced since the last call, merged per field."""
+        if not self._out:
+            return []
         deltas: list[Delta] = []
         for kind, index, parts, name, call_id in self._out:
             text = "".join(parts)

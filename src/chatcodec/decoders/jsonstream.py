@@ -64,7 +64,7 @@ class JsonValue:
         self.done = self.stopped = self.truncated = False
 
     def step(self, m: MachineBase, final: bool) -> bool:
-        if self.done:
+        if self.done or (m.pos >= len(m.buf) and not final):
             return False
         buf = m.buf
         n = len(buf)
