@@ -202,3 +202,13 @@ def test_decoder_for_uses_the_real_prompt_when_given() -> None:
     template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}<tool_call></tool_call>")
     assert decoder_for(template, prompt="<|im_start|>assistant\n<think>\n").options.forced_open
     assert not decoder_for(template, prompt="<|im_start|>assistant\n<think>\n\n</think>\n\n").options.forced_open
+
+
+def test_builtin_templates_detect() -> None:
+    from chatcodec import builtin_templates, load_template
+
+    for name in builtin_templates():
+        found = detect(load_template(name))
+        assert found.format in formats(), name
+        if found.how == "rendered":
+            assert decoder(found.format).decode(found.rendered).tool_calls, name
