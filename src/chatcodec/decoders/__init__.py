@@ -1,0 +1,42 @@
+"""Decode model output into content, reasoning and tool calls, whole or streamed.
+
+>>> from chatcodec.decoders import decoder
+>>> text = 'Let me check.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+>>> msg = decoder("hermes").decode(text)
+>>> msg.content, msg.tool_calls[0].name, msg.tool_calls[0].arguments
+('Let me check.', 'get_weather', {'city': 'Paris'})
+>>> msg.to_openai()["tool_calls"][0]["function"]["arguments"]
+'{"city": "Paris"}'
+"""
+
+from .base import AssistantMessage as AssistantMessage
+from .base import DecodeStream as DecodeStream
+from .base import Delta as Delta
+from .base import Span as Span
+from .base import ToolCall as ToolCall
+from .base import ToolCallDelta as ToolCallDelta
+from .cli import main as cli_main
+from .detect import Detection as Detection
+from .detect import decoder_for as decoder_for
+from .detect import detect as detect
+from .detect import detect_format as detect_format
+from .registry import Decoder as Decoder
+from .registry import decoder as decoder
+from .registry import formats as formats
+
+__all__ = [
+    "AssistantMessage",
+    "DecodeStream",
+    "Decoder",
+    "Delta",
+    "Detection",
+    "Span",
+    "ToolCall",
+    "ToolCallDelta",
+    "cli_main",
+    "decoder",
+    "decoder_for",
+    "detect",
+    "detect_format",
+    "formats",
+]

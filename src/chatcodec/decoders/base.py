@@ -1,0 +1,372 @@
+"""What a decoder returns, and the sink its state machines write into.
+
+A decoder turns model text into an :class:`AssistantMessage` (``decode``) or into OpenAI-style
+:class:`Delta` objects as the text arrives (``stream``). Both paths run the same state machine, so they
+cannot disagree: ``decode(text)`` is ``feed(text)`` then ``finish()``.
+
+The sink enforces the streaming contract by construction. Deltas only append: content and reasoning
+grow, a tool call is announced once with its name (and the model's id when that came first), and its
+arguments only grow. Every character a machine consumes is routed to exactly one place: content,
+reasoning, a tool call's ``raw`` text, or markup (tags and the whitespace around them). With
+``trace=True`` the stream keeps that routing as a list of :class:`Span` objects, which is how the tests
+check that nothing is ever lost.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ..exceptions import DecodeError
+
+__all__ = ["AssistantMessage", "DecodeStream", "Delta", "Span", "ToolCall", "ToolCallDelta"]
+
+SpanKind = Literal["content", "reasoning", "markup", "call"]
+
+_json_decoder = json.JSONDecoder()
+
+
+def parse_arguments(text: str) -> tuple[Any, bool]:
+    """Parse argument text as JSON: ``(value, True)``, or ``(text, False)`` when it is not JSON."""
+    try:
+        return _json_decoder.decode(text), True
+    except (ValueError, RecursionError):
+        return text, False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call decoded from model output.
+
+    ``arguments`` is the parsed JSON value, or the argument text itself when it is not JSON (harmony
+    allows free-form bodies; a truncated call keeps what arrived). ``arguments_json`` is exactly the
+    text the stream sent as argument deltas. ``id`` is set only when the model wrote one. ``raw`` is
+    the source text of the call, so nothing the model wrote is lost even when ``error`` says the call
+    was cut off or malformed.
+    """
+
+    name: str
+    arguments: Any
+    arguments_json: str
+    id: str | None = None
+    raw: str = ""
+    error: str | None = None
+
+    def to_openai(self, index: int = 0) -> dict[str, Any]:
+        """The OpenAI ``tool_calls`` entry; a missing id becomes ``call_<index>``."""
+        return {
+            "id": self.id if self.id is not None else f"call_{index}",
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments_json},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    """The decoded assistant turn: visible content, reasoning and tool calls.
+
+    >>> msg = AssistantMessage(content="Hi", tool_calls=())
+    >>> msg.to_openai()
+    {'role': 'assistant', 'content': 'Hi'}
+    """
+
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI chat-completions assistant message, with arguments as JSON strings."""
+        out: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning_content is not None:
+            out["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_openai(i) for i, call in enumerate(self.tool_calls)]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of tool call ``index``: its header (``name``, maybe ``id``) or more argument text."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """One streaming delta; exactly one of the three fields is set.
+
+    >>> Delta(content="Hel").to_openai()
+    {'content': 'Hel'}
+    """
+
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_call: ToolCallDelta | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI streaming ``delta`` dict.
+
+        The first delta of a call carries ``id`` (``call_<index>`` when the model wrote none), ``type``
+        and ``name``. A model-native id that only appears after the arguments arrives in a later
+        delta of its own.
+        """
+        if self.tool_call is None:
+            if self.reasoning_content is not None:
+                return {"reasoning_content": self.reasoning_content}
+            return {"content": self.content}
+        tc = self.tool_call
+        entry: dict[str, Any] = {"index": tc.index}
+        if tc.name is not None:
+            entry["id"] = tc.id if tc.id is not None else f"call_{tc.index}"
+            entry["type"] = "function"
+            entry["function"] = {"name": tc.name, "arguments": tc.arguments}
+        elif tc.id is not None:
+            entry["id"] = tc.id
+        else:
+            entry["function"] = {"arguments": tc.arguments}
+        return {"tool_calls": [entry]}
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Where a piece of input text went (kept only with ``stream(trace=True)``)."""
+
+    kind: SpanKind
+    text: str
+    index: int | None = None
+
+
+@dataclass(slots=True)
+class _Call:
+    index: int
+    name: str
+    id: str | None
+    args: list[str] = field(default_factory=list)
+    raw: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+class Sink:
+    """Collects what a machine routes, applies the whitespace policy and batches deltas.
+
+    Whitespace policy, the same for ``decode`` and ``stream``:
+    - content is the model's text verbatim, except that content made only of whitespace is ``None``
+      (so whitespace is held back until the first visible character arrives);
+    - reasoning is stripped at both ends (the newlines around think tags are template formatting),
+      so trailing whitespace is held back until more reasoning text follows.
+    """
+
+    __slots__ = (
+        "_calls",
+        "_content",
+        "_content_ws",
+        "_open",
+        "_out",
+        "_reasoning",
+        "_reasoning_ws",
+        "trace",
+    )
+
+    def __init__(self, trace: bool = False) -> None:
+        self._content: list[str] = []
+        self._content_ws: list[str] = []
+        self._reasoning: list[str] = []
+        self._reasoning_ws: list[str] = []
+        self._calls: list[_Call] = []
+        self._open: _Call | None = None
+        # Pending deltas of the current feed: [kind, index, parts]; merged while a kind repeats.
+        self._out: list[list[Any]] = []
+        self.trace: list[Span] | None = [] if trace else None
+
+    # -- routing -------------------------------------------------------------------------------
+
+    def content(self, text: str, *, traced: bool = True) -> None:
+        """Route content; ``traced=False`` for text decoded from source already traced as markup."""
+        if not text:
+            return
+        if self.trace is not None and traced:
+            self.trace.append(Span("content", text))
+        if not self._content:
+            if text.isspace():
+                self._content_ws.append(text)
+                return
+            if self._content_ws:
+                text = "".join(self._content_ws) + text
+                self._content_ws.clear()
+        self._content.append(text)
+        self._push("c", -1, text)
+
+    def reasoning(self, text: str) -> None:
+        if not text:
+            return
+        if self.trace is not None:
+            self.trace.append(Span("reasoning", text))
+        if not self._reasoning:
+            text = text.lstrip()
+            if not text:
+                return
+        body = text.rstrip()
+        if not body:
+            self._reasoning_ws.append(text)
+            return
+        tail = text[len(body) :]
+        if self._reasoning_ws:
+            body = "".join(self._reasoning_ws) + body
+            self._reasoning_ws.clear()
+        if tail:
+            self._reasoning_ws.append(tail)
+        self._reasoning.append(body)
+        self._push("r", -1, body)
+
+    def markup(self, text: str) -> None:
+        if text and self.trace is not None:
+            self.trace.append(Span("markup", text))
+
+    # -- tool calls ----------------------------------------------------------------------------
+
+    @property
+    def calling(self) -> bool:
+        return self._open is not None
+
+    def begin_call(self, name: str, call_id: str | None) -> None:
+        call = _Call(len(self._calls), name, call_id)
+        self._calls.append(call)
+        self._open = call
+        self._out.append(["h", call.index, [], name, call_id])
+
+    def args(self, text: str) -> None:
+        call = self._open
+        if call is None or not text:
+            return
+        call.args.append(text)
+        self._push("a", call.index, text)
+
+    def raw(self, text: str) -> None:
+        call = self._open
+        if call is None or not text:
+            return
+        call.raw.append(text)
+        if self.trace is not None:
+            self.trace.append(Span("call", text, call.index))
+
+    def late_id(self, call_id: str) -> None:
+        call = self._open
+        if call is not None and call.id is None and call_id:
+            call.id = call_id
+            self._out.append(["i", call.index, [], None, call_id])
+
+    def end_call(self, error: str | None = None, *, require_json: bool = False) -> None:
+        call = self._open
+        if call is None:
+            return
+        self._open = None
+        if error is None and require_json and not parse_arguments("".join(call.args))[1]:
+            error = "the arguments are not valid JSON"
+        call.error = error
+
+    # -- output --------------------------------------------------------------------------------
+
+    def _push(self, kind: str, index: int, text: str) -> None:
+        out = self._out
+        # Argument text right after its call's header joins the header delta.
+        if out and out[-1][1] == index and (out[-1][0] == kind or (kind == "a" and out[-1][0] == "h")):
+            out[-1][2].append(text)
+        else:
+            out.append([kind, index, [text], None, None])
+
+    def take(self) -> list[Delta]:
+        """The deltas produced since the last call, merged per field."""
+        if not self._out:
+            return []
+        deltas: list[Delta] = []
+        for kind, index, parts, name, call_id in self._out:
+            text = "".join(parts)
+            if kind == "c":
+                deltas.append(Delta(content=text))
+            elif kind == "r":
+                deltas.append(Delta(reasoning_content=text))
+            else:
+                deltas.append(Delta(tool_call=ToolCallDelta(index, call_id, name, text)))
+        self._out.clear()
+        return deltas
+
+    def message(self) -> AssistantMessage:
+        """Everything emitted so far, as a message (arguments still streaming stay text until JSON)."""
+        calls = []
+        for call in self._calls:
+            text = "".join(call.args)
+            value, _ = parse_arguments(text)
+            calls.append(ToolCall(call.name, value, text, call.id, "".join(call.raw), call.error))
+        return AssistantMessage("".join(self._content) or None, "".join(self._reasoning) or None, tuple(calls))
+
+
+class Machine(Protocol):
+    """What a format's state machine offers the stream: text in, then the end of the text."""
+
+    def feed(self, text: str) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class DecodeStream:
+    """Incremental decoding of one completion; made by :meth:`Decoder.stream`.
+
+    >>> from chatcodec.decoders import decoder
+    >>> stream = decoder("hermes").stream()
+    >>> [d.to_openai() for d in stream.feed("Hi <tool_")]
+    [{'content': 'Hi '}]
+    >>> [d.tool_call for d in stream.feed('call>{"name": "f", "arguments": {"x": 1}}</tool_call>')]
+    [ToolCallDelta(index=0, id=None, name='f', arguments='{"x": 1}')]
+    >>> stream.finish()
+    []
+    """
+
+    __slots__ = ("_finished", "_machine", "_sink", "_utf8")
+
+    def __init__(self, make_machine: Callable[[Sink], Machine], *, trace: bool = False) -> None:
+        self._sink = Sink(trace)
+        self._machine = make_machine(self._sink)
+        self._utf8: codecs.IncrementalDecoder | None = None
+        self._finished = False
+
+    def feed(self, chunk: str | bytes) -> list[Delta]:
+        """Add model text (str, or UTF-8 bytes that may split characters); return the new deltas."""
+        if self._finished:
+            raise DecodeError("This stream has finished; start another one with decoder.stream().")
+        if isinstance(chunk, bytes | bytearray):
+            if self._utf8 is None:
+                self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+            chunk = self._utf8.decode(chunk)
+        elif not isinstance(chunk, str):
+            raise TypeError(f"feed() takes str or bytes, not {type(chunk).__name__}")
+        if chunk:
+            self._machine.feed(chunk)
+        return self._sink.take()
+
+    def finish(self) -> list[Delta]:
+        """Mark the end of the text: settle held-back text and open calls; return the last deltas."""
+        if self._finished:
+            return []
+        if self._utf8 is not None:
+            tail = self._utf8.decode(b"", final=True)
+            if tail:
+                self._machine.feed(tail)
+        self._finished = True
+        self._machine.finish()
+        return self._sink.take()
+
+    @property
+    def message(self) -> AssistantMessage:
+        """The message made of every delta emitted so far."""
+        return self._sink.message()
+
+    @property
+    def trace(self) -> list[Span]:
+        """Where each piece of input went, in input order (empty unless ``trace=True``)."""
+        return list(self._sink.trace or ())

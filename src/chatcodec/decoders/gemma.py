@@ -1,0 +1,258 @@
+"""FunctionGemma and Gemma 4: ``call:f{key:value,...}`` with strings between escape markers.
+
+FunctionGemma writes ``<start_function_call>call:f{k:<escape>text<escape>,n:25}<end_function_call>``;
+Gemma 4 the same grammar as ``<|tool_call>call:f{k:<|"|>text<|"|>}<tool_call|>``. Keys are bare,
+strings sit between two escape markers, other values are bare tokens or nested ``{...}``/``[...]``.
+String arguments stream as they arrive; other values are converted to JSON once complete.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .base import Sink
+from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
+from .values import ArgsWriter, typed_value
+
+NAME_LIMIT = 256
+_dumps = json.JSONEncoder(ensure_ascii=False).encode
+
+ESC = "<escape>"
+
+
+class GemmaMachine(MachineBase):
+    """FunctionGemma: ``<start_function_call>call:f{k:<escape>text<escape>,n:25}<end_function_call>``.
+
+    Gemma 4 writes the same grammar with other markers: ``<|tool_call>call:f{k:<|"|>text<|"|>}<tool_call|>``.
+    """
+
+    OPEN, CLOSE = "<start_function_call>", "<end_function_call>"
+
+    def __init__(
+        self,
+        out: Sink,
+        opts: Options,
+        think: ThinkSpec | None = None,
+        *,
+        markers: tuple[str, str, str] = (OPEN, CLOSE, ESC),
+    ) -> None:
+        super().__init__(out, opts, think)
+        self._open_tag, self._close_tag, self._esc_tag = markers
+        self._open = MarkerSet((self._open_tag,))
+        self._esc = MarkerSet((self._esc_tag,))
+        self._name = ""
+        self._writer: ArgsWriter | None = None
+        self._parts: list[str] = []
+        self._depth = 0
+        self._in_esc = False
+
+    def s_body(self, final: bool) -> bool:
+        pos = self.pos
+        i, marker = self._open.find(self.buf, pos, final)
+        self.emit(i)
+        if marker is None:
+            return i > pos
+        self.hold(i + len(marker))
+        self.state = self.s_name
+        return True
+
+    def _give_up(self) -> None:
+        if self.out.calling:
+            self.end_call("the call is malformed")
+        self.fallback()
+        self.state = self.s_body
+
+    def s_name(self, final: bool) -> bool:
+        buf, pos = self.buf, self.pos
+        brace = buf.find("{", pos, pos + NAME_LIMIT + 8)
+        if brace < 0:
+            if not final and len(buf) - pos <= NAME_LIMIT + 8:
+                return False
+            self._give_up()
+            return True
+        head = buf[pos:brace].strip()
+        name = head.removeprefix("call:").strip()
+        if not head.startswith("call:") or not name or any(c.isspace() or c in "<>" for c in name):
+            self._give_up()
+            return True
+        self.hold(brace + 1)
+        self._name, self._writer = name, None
+        self.state = self.s_args
+        return True
+
+    def _commit(self) -> bool:
+        if self._writer is None:
+            if not self.commit(self._name):
+                self._give_up()
+                return False
+            self._writer = ArgsWriter(self.out.args)
+        return True
+
+    def s_args(self, final: bool) -> bool:
+        buf, pos = self.buf, self.pos
+        i = skip_space(buf, pos)
+        self.hold(i)
+        if i >= len(buf):
+            if final:
+                self._give_up()
+                return True
+            return i > pos
+        c = buf[i]
+        if c == ",":
+            self.hold(i + 1)
+            return True
+        if c == "}":
+            if not self._commit():
+                return True
+            self.hold(i + 1)
+            assert self._writer is not None
+            self._writer.close()
+            self.state = self.s_end
+            return True
+        colon = buf.find(":", i, i + NAME_LIMIT)
+        if colon < 0:
+            if not final and len(buf) - i < NAME_LIMIT:
+                return i > pos
+            self._give_up()
+            return True
+        key = buf[i:colon].strip()
+        if not key or any(ch in '{}<>,"' or ch.isspace() for ch in key):
+            self._give_up()
+            return True
+        if not self._commit():
+            return True
+        self.hold(colon + 1)
+        assert self._writer is not None
+        self._writer.key(key)
+        self._parts, self._depth, self._in_esc = [], 0, False
+        self.state = self.s_value
+        return True
+
+    def s_value(self, final: bool) -> bool:
+        buf, pos = self.buf, self.pos
+        writer = self._writer
+        assert writer is not None
+        if not self._parts and self._depth == 0 and not self._in_esc:
+            i = skip_space(buf, pos)
+            self.hold(i)
+            marker, undecided = self._esc.match(buf, i, final)
+            if undecided or i >= len(buf):
+                if final:
+                    self._give_up()
+                    return True
+                return i > pos
+            if marker is not None:  # a top-level string: stream it
+                self.hold(i + len(self._esc_tag))
+                self.state = self.s_string
+                return True
+        return self._scan_value(final)
+
+    def s_string(self, final: bool) -> bool:
+        assert self._writer is not None
+        pos = self.pos
+        i, marker = self._esc.find(self.buf, pos, final)
+        if i > pos:
+            self._writer.string(self.buf[pos:i])
+            self.hold(i)
+        if marker is None:
+            if final:
+                self.end_call("the output ended inside an argument value")
+                self.state = self.s_body
+                return True
+            return i > pos
+        self.hold(i + len(self._esc_tag))
+        self._writer.end_string()
+        self.state = self.s_args
+        return True
+
+    def _scan_value(self, final: bool) -> bool:
+        """A number, literal, or nested ``{...}``/``[...]``: held until its ``,`` or ``}``."""
+        buf, pos, esc = self.buf, self.pos, self._esc_tag
+        i, n = pos, len(buf)
+        end = -1
+        while i < n:
+            if self._in_esc:
+                j = buf.find(esc, i)
+                if j < 0:
+                    i = max(i, n - len(esc) + 1)
+                    break
+                self._in_esc, i = False, j + len(esc)
+                continue
+            if buf.startswith(esc, i):
+                self._in_esc, i = True, i + len(esc)
+                continue
+            c = buf[i]
+            if c in "{[":
+                self._depth += 1
+            elif c in "]}" and self._depth:
+                self._depth -= 1
+            elif c in ",}" and not self._depth:
+                end = i
+                break
+            elif c == esc[0] and n - i < len(esc) and esc.startswith(buf[i:]) and not final:
+                break
+            i += 1
+        stop = end if end >= 0 else i
+        self._parts.append(buf[pos:stop])
+        self.hold(stop)
+        if end < 0:
+            if final:
+                self._give_up()
+                return True
+            return stop > pos
+        assert self._writer is not None
+        self._writer.value(gemma_json("".join(self._parts), esc))
+        self.state = self.s_args
+        return True
+
+    def s_end(self, final: bool) -> bool:
+        buf = self.buf
+        i = skip_space(buf, self.pos, self.LOOKAHEAD)
+        marker, undecided = markers(self._close_tag).match(buf, i, final)
+        if undecided or (i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD):
+            return False
+        if marker is not None:
+            self.hold(i + len(marker))
+        self.end_call()
+        self.state = self.s_body
+        return True
+
+
+def gemma_json(text: str, esc: str = ESC) -> str:
+    """JSON for a FunctionGemma value: ``{k:v}``, ``[a,b]``, ``<escape>s<escape>``, or a bare token."""
+    value, _ = _gemma_value(text.strip(), 0, esc)
+    return _dumps(value)
+
+
+def _gemma_value(s: str, i: int, esc: str) -> tuple[object, int]:
+    i = skip_space(s, i)
+    if s.startswith(esc, i):
+        end = s.find(esc, i + len(esc))
+        end = len(s) if end < 0 else end
+        return s[i + len(esc) : end], end + len(esc)
+    if i < len(s) and s[i] in "{[":
+        closing = "}" if s[i] == "{" else "]"
+        items: list[object] = []
+        obj: dict[str, object] = {}
+        i += 1
+        while True:
+            i = skip_space(s, i)
+            if i >= len(s) or s[i] == closing:
+                return (obj if closing == "}" else items), i + 1
+            if s[i] == ",":
+                i += 1
+                continue
+            if closing == "}":
+                colon = s.find(":", i)
+                if colon < 0:
+                    return obj, len(s)
+                key = s[i:colon].strip().replace(esc, "")
+                obj[key], i = _gemma_value(s, colon + 1, esc)
+            else:
+                item, i = _gemma_value(s, i, esc)
+                items.append(item)
+    end = i
+    while end < len(s) and s[end] not in ",}]":
+        end += 1
+    token = s[i:end].strip()
+    return json.loads(typed_value(token, None)), end
