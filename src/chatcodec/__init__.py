@@ -6,6 +6,15 @@
 '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
 """
 
+from .decoders import AssistantMessage as AssistantMessage
+from .decoders import Decoder as Decoder
+from .decoders import DecodeStream as DecodeStream
+from .decoders import Delta as Delta
+from .decoders import ToolCall as ToolCall
+from .decoders import ToolCallDelta as ToolCallDelta
+from .decoders import decoder as decoder
+from .decoders import decoder_for as decoder_for
+from .decoders import detect_format as detect_format
 from .exceptions import ChatcodecError as ChatcodecError
 from .exceptions import DecodeError as DecodeError
 from .exceptions import InputError as InputError
@@ -31,10 +40,14 @@ from .tokens import load as load
 __version__ = "0.1.0"
 
 __all__ = [
+    "AssistantMessage",
     "ChatTemplate",
     "ChatcodecError",
     "Codec",
     "DecodeError",
+    "DecodeStream",
+    "Decoder",
+    "Delta",
     "Encoding",
     "InputError",
     "LimitError",
@@ -49,7 +62,12 @@ __all__ = [
     "TemplateRaisedError",
     "TemplateRuntimeError",
     "TemplateSyntaxError",
+    "ToolCall",
+    "ToolCallDelta",
     "builtin_templates",
+    "decoder",
+    "decoder_for",
+    "detect_format",
     "load",
     "load_template",
 ]

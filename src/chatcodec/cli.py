@@ -104,8 +104,12 @@ def _parser() -> argparse.ArgumentParser:
 def _extra_commands() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]]:
     """Commands whose logic lives beside the capability they drive: name -> (help, configure(subparser))."""
     from . import tokenize_cli
+    from .decoders import cli as decode_cli
 
-    return {"tokenize": (tokenize_cli.HELP, tokenize_cli.configure)}
+    return {
+        "decode": (decode_cli.HELP, decode_cli.configure),
+        "tokenize": (tokenize_cli.HELP, tokenize_cli.configure),
+    }
 
 
 # --- reading input ---------------------------------------------------------------------------------

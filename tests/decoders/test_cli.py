@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chatcodec.decoders import cli, cli_main
+from chatcodec.decoders import cli
+from chatcodec.decoders.cli import main as cli_main
 from chatcodec.exceptions import DecodeError
 
 HERMES_CALL = 'Sure.<tool_call>{"name": "f", "arguments": {"x": "é"}}</tool_call>'

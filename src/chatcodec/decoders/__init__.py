@@ -15,7 +15,6 @@ from .base import Delta as Delta
 from .base import Span as Span
 from .base import ToolCall as ToolCall
 from .base import ToolCallDelta as ToolCallDelta
-from .cli import main as cli_main
 from .detect import Detection as Detection
 from .detect import decoder_for as decoder_for
 from .detect import detect as detect
@@ -33,7 +32,6 @@ __all__ = [
     "Span",
     "ToolCall",
     "ToolCallDelta",
-    "cli_main",
     "decoder",
     "decoder_for",
     "detect",

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
-from ..exceptions import ChatcodecError, DecodeError
+from .. import cli as command
+from ..exceptions import DecodeError
 from .base import AssistantMessage
 from .registry import REASONING_FORMATS, Decoder, decoder, formats, get_format
 
@@ -66,15 +67,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``chatcodec decode`` on its own; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="chatcodec decode")
-    configure(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ChatcodecError as exc:
-        print(f"chatcodec: error: {exc}", file=sys.stderr)
-        return 2
+    """Run ``chatcodec decode`` on its own; every chatcodec error is one line on stderr and exit code 2."""
+    return command.main(["decode", *(sys.argv[1:] if argv is None else argv)])
 
 
 def run(args: argparse.Namespace, stdin: IO[bytes] | None = None, stdout: IO[str] | None = None) -> int:
@@ -120,13 +114,7 @@ def _decoder(args: argparse.Namespace) -> Decoder:
 
 
 def _read_tools(path: str) -> list[Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise DecodeError(f"Cannot read the tools file {path!r}: {exc.strerror}.") from None
-    except ValueError as exc:
-        raise DecodeError(f"The tools file {path!r} is not JSON: {exc}.") from None
+    data = command.read_json(path, "tools")
     tools = data.get("tools") if isinstance(data, dict) else data
     if not isinstance(tools, list):
         raise DecodeError(f"The tools file {path!r} must hold a list of tools, or a request with 'tools'.")
