@@ -67,7 +67,13 @@ def _parser() -> argparse.ArgumentParser:
         "The prompt is written to stdout byte for byte, with no newline added.",
     )
     render.add_argument("file", nargs="?", default="-", help="JSON file with the messages; - or nothing for stdin")
-    render.add_argument("--template", "-t", default="chatml", help="built-in name, model folder, or template file")
+    render.add_argument(
+        "--template",
+        "-t",
+        metavar="NAME|PATH",
+        default="chatml",
+        help="built-in name (see `chatcodec templates`), model folder or template file (default: chatml)",
+    )
     render.add_argument(
         "--add-generation-prompt",
         action=argparse.BooleanOptionalAction,
