@@ -150,10 +150,7 @@ class GemmaMachine(MachineBase):
     def s_string(self, final: bool) -> bool:
         assert self._writer is not None
         pos = self.pos
-        i, marker = self._esc.find(self.buf, pos, final)
-        if i > pos:
-            self._writer.string(self.buf[pos:i])
-            self.hold(i)
+        i, marker = self.stream_until(self._esc, final, self._writer.string)
         if marker is None:
             if final:
                 self.end_call("the output ended inside an argument value")

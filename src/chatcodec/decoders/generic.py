@@ -223,10 +223,7 @@ class FunctionaryMachine(MachineBase):
     def s_code(self, final: bool) -> bool:
         writer, pos = self._writer, self.pos
         assert writer is not None
-        i, marker = self._sep.find(self.buf, pos, final)
-        if i > pos:
-            writer.string(self.buf[pos:i])
-            self.hold(i)
+        i, marker = self.stream_until(self._sep, final, writer.string)
         if marker is None and not final:
             return i > pos
         writer.end_string()

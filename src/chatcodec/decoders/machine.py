@@ -211,6 +211,19 @@ class MachineBase:
             else:
                 self.held.append(text)
 
+    def stream_until(self, ends: MarkerSet, final: bool, emit: Callable[[str], None]) -> tuple[int, str | None]:
+        """Pass the text up to the next of ``ends`` to ``emit`` and :meth:`hold` it.
+
+        For a raw value streamed into a call until its end marker. Returns ``ends.find``'s
+        ``(index, marker)``; the marker itself is left unconsumed.
+        """
+        pos = self.pos
+        i, marker = ends.find(self.buf, pos, final)
+        if i > pos:
+            emit(self.buf[pos:i])
+            self.hold(i)
+        return i, marker
+
     def commit(self, name: str, call_id: str | None = None) -> bool:
         """Announce a tool call; False (nothing announced) if the name is empty or undeclared."""
         name = name.strip()

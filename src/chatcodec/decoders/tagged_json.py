@@ -353,10 +353,7 @@ class JsonMachine(MachineBase):
         """Raw code as the ``code`` argument, until the block's end marker or the end of text."""
         assert self._writer is not None
         pos = self.pos
-        i, marker = self._code_end.find(self.buf, pos, final)
-        if i > pos:
-            self._writer.string(self.buf[pos:i])
-            self.hold(i)
+        i, marker = self.stream_until(self._code_end, final, self._writer.string)
         if marker is None and not final:
             return i > pos
         if marker is not None:
@@ -399,10 +396,7 @@ class JsonMachine(MachineBase):
     def s_code_block(self, final: bool) -> bool:
         assert self._writer is not None
         pos = self.pos
-        i, marker = self._code_end.find(self.buf, pos, final)
-        if i > pos:
-            self._writer.string(self.buf[pos:i])
-            self.hold(i)
+        i, marker = self.stream_until(self._code_end, final, self._writer.string)
         if marker is None and not final:
             return i > pos
         if marker is not None:

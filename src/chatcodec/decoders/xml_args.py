@@ -405,10 +405,7 @@ class XmlMachine(MachineBase):
         """The raw value, up to a closing tag that the following text confirms."""
         value, buf, pos = self._value, self.buf, self.pos
         assert value is not None
-        i, marker = self._enders.find(buf, pos, final)
-        if i > pos:
-            value.feed(buf[pos:i])
-            self.hold(i)
+        i, marker = self.stream_until(self._enders, final, value.feed)
         if marker is None:
             if final:
                 self._finish_call("the output ended inside an argument value", clean=False)
