@@ -349,17 +349,27 @@ class JsonMachine(MachineBase):
         self._code_end = MarkerSet(self._block.close)
         self.state = self.s_code
 
-    def s_code(self, final: bool) -> bool:
-        """Raw code as the ``code`` argument, until the block's end marker or the end of text."""
+    def _read_code(self, final: bool) -> str | None:
+        """Stream raw code into the open ``code`` argument, up to ``_code_end``.
+
+        None while the code goes on. Once it ends, the arguments are closed and the result is the
+        end marker (consumed), or "" when the text ended first.
+        """
         assert self._writer is not None
-        pos = self.pos
         i, marker = self.stream_until(self._code_end, final, self._writer.string)
         if marker is None and not final:
-            return i > pos
+            return None
         if marker is not None:
             self.hold(i + len(marker))
         self._writer.end_string()
         self._writer.close()
+        return marker or ""
+
+    def s_code(self, final: bool) -> bool:
+        """Raw code as the ``code`` argument, until the block's end marker or the end of text."""
+        pos = self.pos
+        if self._read_code(final) is None:
+            return self.pos > pos
         self.end_call()
         self._count += 1
         self._resume()
@@ -394,20 +404,15 @@ class JsonMachine(MachineBase):
         return True
 
     def s_code_block(self, final: bool) -> bool:
-        assert self._writer is not None
         pos = self.pos
-        i, marker = self.stream_until(self._code_end, final, self._writer.string)
-        if marker is None and not final:
-            return i > pos
-        if marker is not None:
-            self.hold(i + len(marker))
-        self._writer.end_string()
-        self._writer.close()
-        if marker is None:
+        end = self._read_code(final)
+        if end is None:
+            return self.pos > pos
+        if end:
+            self._to_trail()
+        else:
             self.end_call("the output ended inside the code block")
             self._resume()
-        else:
-            self._to_trail()
         return True
 
 
