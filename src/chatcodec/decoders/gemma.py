@@ -203,11 +203,10 @@ class GemmaMachine(MachineBase):
         return True
 
     def s_end(self, final: bool) -> bool:
-        buf = self.buf
-        i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        marker, undecided = markers(self._close_tag).match(buf, i, final)
-        if undecided or (i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD):
+        found = self.marker_after_space(markers(self._close_tag), final)
+        if found is None:
             return False
+        i, marker = found
         if marker is not None:
             self.hold(i + len(marker))
         self.end_call()

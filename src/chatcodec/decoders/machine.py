@@ -224,6 +224,22 @@ class MachineBase:
             self.hold(i)
         return i, marker
 
+    def marker_after_space(
+        self, ends: MarkerSet, final: bool, start: int | None = None
+    ) -> tuple[int, str | None] | None:
+        """Which of ``ends``, if any, comes after the whitespace at ``start`` (``pos`` by default).
+
+        At most LOOKAHEAD whitespace characters are looked past. ``(index after the whitespace,
+        marker or None)``, or None while more text could still change the answer.
+        """
+        buf = self.buf
+        start = self.pos if start is None else start
+        i = skip_space(buf, start, self.LOOKAHEAD)
+        if i >= len(buf) and not final and i - start < self.LOOKAHEAD:
+            return None
+        marker, undecided = ends.match(buf, i, final)
+        return None if undecided else (i, marker)
+
     def commit(self, name: str, call_id: str | None = None) -> bool:
         """Announce a tool call; False (nothing announced) if the name is empty or undeclared."""
         name = name.strip()

@@ -327,14 +327,13 @@ class PythonicMachine(MachineBase):
 
     def s_close(self, final: bool) -> bool:
         """``<|python_end|>`` after a Llama 4 call list is markup."""
-        buf = self.buf
         if self._end is None:
             self.state = self.s_body
             return True
-        i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        marker, undecided = markers(self._end).match(buf, i, final)
-        if undecided or (i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD):
+        found = self.marker_after_space(markers(self._end), final)
+        if found is None:
             return False
+        i, marker = found
         if marker is not None:
             self.markup(i + len(marker))
         self.state = self.s_body

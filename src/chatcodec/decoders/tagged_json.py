@@ -254,19 +254,16 @@ class JsonMachine(MachineBase):
 
     def s_trail(self, final: bool) -> bool:
         """After a call's arguments: take its closing markers (and a stray brace), then end it."""
-        buf, pos = self.buf, self.pos
-        i = skip_space(buf, pos, self.LOOKAHEAD)
-        if i >= len(buf) and not final and i - pos < self.LOOKAHEAD:
+        found = self.marker_after_space(markers(*self._closers), final)
+        if found is None:
             return False
-        marker, undecided = markers(*self._closers).match(buf, i, final)
+        i, marker = found
         if marker is not None:
             self.hold(i + len(marker))
             self._closers.remove(marker)
             self._closed = True
             return True
-        if undecided:
-            return False
-        if i < len(buf) and buf[i] in "}]" and not self._closed:
+        if i < len(self.buf) and self.buf[i] in "}]" and not self._closed:
             self.hold(i + 1)  # a stray closing bracket some models add
             return True
         sub = self._sub
@@ -278,13 +275,10 @@ class JsonMachine(MachineBase):
 
     def s_block_end(self, final: bool) -> bool:
         """After a list: its closing marker, if any, is markup."""
-        buf = self.buf
-        i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        if i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD:
+        found = self.marker_after_space(markers(*self._closers), final)
+        if found is None:
             return False
-        marker, undecided = markers(*self._closers).match(buf, i, final)
-        if undecided:
-            return False
+        i, marker = found
         if marker is not None:
             self.markup(i + len(marker))
         self.state = self.s_body

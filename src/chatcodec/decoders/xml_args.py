@@ -415,12 +415,10 @@ class XmlMachine(MachineBase):
             self._close_value()
             return True
         end = i + len(marker)
-        j = skip_space(buf, end, self.LOOKAHEAD)
-        follow, undecided = self._follow[marker].match(buf, j, final)
-        if j >= len(buf) and not final and j - end < self.LOOKAHEAD:
+        found = self.marker_after_space(self._follow[marker], final, end)
+        if found is None:
             return i > pos
-        if undecided:
-            return i > pos
+        j, follow = found
         if follow is not None or j >= len(buf) or j - end >= self.LOOKAHEAD:
             self._close_value()
             if marker == self.spec.param_close:
@@ -457,13 +455,10 @@ class XmlMachine(MachineBase):
 
     def s_after_bare(self, final: bool) -> bool:
         """After a call written without its block opener: a lone closing block tag is markup."""
-        buf = self.buf
-        i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        if i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD:
+        found = self.marker_after_space(self._block_close, final)
+        if found is None:
             return False
-        marker, undecided = self._block_close.match(buf, i, final)
-        if undecided:
-            return False
+        i, marker = found
         if marker is not None:
             self.markup(i + len(marker))
         self.state = self.s_body
