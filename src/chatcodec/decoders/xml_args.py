@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .base import Sink
+from .base import Sink, hold_trailing_space
 from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import ArgsWriter, could_be_json, typed_value
 
@@ -123,17 +123,9 @@ class _Value:
         return could_be_json(self._word)
 
     def _stream(self, text: str) -> None:
-        body = text.rstrip()
-        if not body:
-            self._ws.append(text)
-            return
-        tail = text[len(body) :]
-        if self._ws:
-            body = "".join(self._ws) + body
-            self._ws.clear()
-        self.writer.string(body)
-        if tail:
-            self._ws.append(tail)
+        body = hold_trailing_space(text, self._ws)
+        if body:
+            self.writer.string(body)
 
     def close(self) -> None:
         if self.mode == "string":
