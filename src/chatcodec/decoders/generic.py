@@ -46,8 +46,7 @@ class GenericMachine(MachineBase):
 
     def _not_generic(self) -> None:
         if self._made:
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
         else:
             self.fallback()
         self.state = self.s_text
@@ -115,8 +114,7 @@ class GenericMachine(MachineBase):
                 self._not_generic()
                 return True
             self._made = True
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
         elif isinstance(sub, CallObject):
             if sub.failed:
                 self._not_generic()

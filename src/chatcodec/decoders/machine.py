@@ -260,6 +260,12 @@ class MachineBase:
             self.held.clear()
             self.out.content(text)
 
+    def markup_held(self) -> None:
+        """Keep an uncommitted construct as syntax: what it held becomes markup."""
+        if self.held:
+            self.out.markup("".join(self.held))
+            self.held.clear()
+
     def end_call(self, error: str | None = None, *, require_json: bool = False) -> None:
         self.out.end_call(error, require_json=require_json)
 

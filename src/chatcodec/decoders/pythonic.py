@@ -317,8 +317,7 @@ class PythonicMachine(MachineBase):
             self.state = self.s_body
             return True
         if lst.clean:
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
             self.state = self.s_close
         else:
             self.fallback()

@@ -230,8 +230,7 @@ class JsonMachine(MachineBase):
             self._give_up()
             return True
         # Brackets and commas held since the last call are the list's own markup.
-        self.out.markup("".join(self.held))
-        self.held.clear()
+        self.markup_held()
         self.state = self.s_block_end
         return True
 
@@ -311,8 +310,7 @@ class JsonMachine(MachineBase):
 
     def _end_section(self) -> None:
         if self._count:
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
         else:
             self.fallback()
         self._in_section = False

@@ -222,8 +222,7 @@ class XmlMachine(MachineBase):
 
     def _end_block(self, clean: bool) -> None:
         if self._calls and clean:
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
         else:
             self.fallback()
         self.state = self.s_body
