@@ -23,8 +23,12 @@ NAME_LIMIT = 256
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
 
 
-def _ident_at(buf: str, i: int, final: bool) -> tuple[str, int] | None:
-    """The identifier at ``i`` (letters, digits, ``_.-``): ``(name, end)``, or None if it may grow."""
+def _ident_and_next(buf: str, i: int, final: bool) -> tuple[str, int] | None:
+    """The identifier at ``i`` (letters, digits, ``_.-``) and the index of what follows it.
+
+    ``(name, index after the name and up to 64 whitespace characters)``, or None while more text
+    could still change either.
+    """
     found = _IDENT_END.search(buf, i, i + NAME_LIMIT + 1)
     if found is None:
         if not final and len(buf) - i <= NAME_LIMIT:
@@ -32,7 +36,10 @@ def _ident_at(buf: str, i: int, final: bool) -> tuple[str, int] | None:
         end = min(len(buf), i + NAME_LIMIT + 1)
     else:
         end = found.start()
-    return buf[i:end], end
+    j = skip_space(buf, end, 64)
+    if j >= len(buf) and not final:
+        return None
+    return buf[i:end], j
 
 
 _OPEN, _CALL, _NAME, _ARGS, _KEY, _VALUE, _STRING, _AFTER_ARG, _AFTER_CALL = range(9)
@@ -101,13 +108,10 @@ class PyCallList:
                 return self._stop(m)
             self.state = _NAME
         elif state == _NAME:
-            found = _ident_at(buf, i, final)
+            found = _ident_and_next(buf, i, final)
             if found is None:
                 return False
-            name, end = found
-            j = skip_space(buf, end, 64)
-            if j >= len(buf) and not final:
-                return False
+            name, j = found
             if j >= len(buf) or buf[j] != "(" or len(name) > NAME_LIMIT:
                 return self._stop(m)
             m.hold(j + 1)
@@ -119,13 +123,10 @@ class PyCallList:
                     return self._stop(m)
                 m.hold(i + 1)
                 return self._end_call(m)
-            found = _ident_at(buf, i, final)
+            found = _ident_and_next(buf, i, final)
             if found is None:
                 return False
-            key, end = found
-            j = skip_space(buf, end, 64)
-            if j >= len(buf) and not final:
-                return False
+            key, j = found
             if not key or j >= len(buf) or buf[j] != "=" or not self._commit(m):
                 self._error = "a positional or malformed argument"
                 return self._stop(m)
