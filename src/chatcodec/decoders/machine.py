@@ -240,6 +240,20 @@ class MachineBase:
         marker, undecided = ends.match(buf, i, final)
         return None if undecided else (i, marker)
 
+    def markup_after_space(self, ends: MarkerSet, final: bool) -> bool:
+        """Consume the whitespace and then one of ``ends`` as markup, when that marker follows.
+
+        True when decided (whether or not a marker was there, as :meth:`marker_after_space` looks);
+        False, consuming nothing, while more text could still decide.
+        """
+        found = self.marker_after_space(ends, final)
+        if found is None:
+            return False
+        i, marker = found
+        if marker is not None:
+            self.markup(i + len(marker))
+        return True
+
     def commit(self, name: str, call_id: str | None = None) -> bool:
         """Announce a tool call; False (nothing announced) if the name is empty or undeclared."""
         name = name.strip()

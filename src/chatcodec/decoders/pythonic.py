@@ -330,11 +330,7 @@ class PythonicMachine(MachineBase):
         if self._end is None:
             self.state = self.s_body
             return True
-        found = self.marker_after_space(markers(self._end), final)
-        if found is None:
+        if not self.markup_after_space(markers(self._end), final):
             return False
-        i, marker = found
-        if marker is not None:
-            self.markup(i + len(marker))
         self.state = self.s_body
         return True

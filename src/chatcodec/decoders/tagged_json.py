@@ -274,12 +274,8 @@ class JsonMachine(MachineBase):
 
     def s_block_end(self, final: bool) -> bool:
         """After a list: its closing marker, if any, is markup."""
-        found = self.marker_after_space(markers(*self._closers), final)
-        if found is None:
+        if not self.markup_after_space(markers(*self._closers), final):
             return False
-        i, marker = found
-        if marker is not None:
-            self.markup(i + len(marker))
         self.state = self.s_body
         return True
 

@@ -446,11 +446,7 @@ class XmlMachine(MachineBase):
 
     def s_after_bare(self, final: bool) -> bool:
         """After a call written without its block opener: a lone closing block tag is markup."""
-        found = self.marker_after_space(self._block_close, final)
-        if found is None:
+        if not self.markup_after_space(self._block_close, final):
             return False
-        i, marker = found
-        if marker is not None:
-            self.markup(i + len(marker))
         self.state = self.s_body
         return True
