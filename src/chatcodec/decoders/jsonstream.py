@@ -191,6 +191,37 @@ def decode_escape(buf: str, j: int, final: bool) -> tuple[str, int] | None:
     return chr(code), j + 6
 
 
+Unescape = Callable[[str, int, bool], "tuple[str, int] | None"]
+
+
+def decode_quoted(
+    buf: str, i: int, end: int, stops: re.Pattern[str], unescape: Unescape, final: bool
+) -> tuple[str, int, bool]:
+    """Decode the text of a quoted string from ``buf[i:end]``: ``(text, index reached, closed)``.
+
+    ``stops`` finds the closing quote or a backslash; ``unescape`` decodes the escape at a backslash,
+    or returns None when it is incomplete, which ends the text early. ``closed``: the closing quote
+    was reached (the index is past it).
+    """
+    parts: list[str] = []
+    while i < end:
+        found = stops.search(buf, i, end)
+        j = found.start() if found else end
+        if j > i:
+            parts.append(buf[i:j])
+            i = j
+        if j >= end:
+            break
+        if buf[j] != "\\":
+            return "".join(parts), j + 1, True
+        decoded = unescape(buf, j, final)
+        if decoded is None:
+            break
+        parts.append(decoded[0])
+        i = decoded[1]
+    return "".join(parts), i, False
+
+
 class JsonString:
     """Decode one JSON string as it arrives and pass the decoded text to ``emit``.
 
@@ -224,23 +255,7 @@ class JsonString:
             self.started, i = True, i + 1
         if self.limit is not None:  # a capped string fails at a fixed length
             n = min(n, start + self.limit - self._size + 1)
-        parts: list[str] = []
-        while i < n:
-            found = _IN_STRING.search(buf, i, n)
-            j = found.start() if found else n
-            if j > i:
-                parts.append(buf[i:j])
-                i = j
-            if j >= n:
-                break
-            if buf[j] == '"':
-                self.done, i = True, j + 1
-                break
-            decoded = decode_escape(buf, j, final)
-            if decoded is None:
-                break
-            parts.append(decoded[0])
-            i = decoded[1]
+        text, i, self.done = decode_quoted(buf, i, n, _IN_STRING, decode_escape, final)
         self._size += i - start
         if self.limit is not None and self._size > self.limit:
             _take(m, i)
@@ -248,8 +263,8 @@ class JsonString:
             return True
         if i > start:
             _take(m, i)
-            if parts:
-                self.emit("".join(parts))
+            if text:
+                self.emit(text)
         if final and not self.done and m.pos >= n:
             self.done = self.truncated = True
             return True

@@ -13,6 +13,7 @@ import json
 import re
 
 from .base import Sink
+from .jsonstream import decode_quoted
 from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import ArgsWriter, py_literal_json, py_unescape
 
@@ -182,28 +183,9 @@ class PyCallList:
     def _string(self, m: MachineBase, final: bool) -> bool:
         """A quoted string argument, decoded and streamed."""
         buf, start = m.buf, m.pos
-        n, i = len(buf), start
-        parts: list[str] = []
-        closed = False
-        pattern = _PY_IN[self._quote]
-        while i < n:
-            found = pattern.search(buf, i)
-            j = found.start() if found else n
-            parts.append(buf[i:j])
-            i = j
-            if j >= n:
-                break
-            if buf[j] == self._quote:
-                closed, i = True, j + 1
-                break
-            decoded = py_unescape(buf, j, final)
-            if decoded is None:
-                break
-            parts.append(decoded[0])
-            i = decoded[1]
+        text, i, closed = decode_quoted(buf, start, len(buf), _PY_IN[self._quote], py_unescape, final)
         m.hold(i)
         assert self._writer is not None
-        text = "".join(parts)
         if text:
             self._writer.string(text)
         if closed:
