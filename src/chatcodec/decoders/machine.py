@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .base import Sink
+from .values import ArgsWriter
 
 _NONSPACE = re.compile(r"\S")
 
@@ -375,4 +376,30 @@ class MachineBase:
             return i > pos
         self._think_text(marker)
         self.pos = i + len(marker)
+        return True
+
+
+class KeyedArgsMachine(MachineBase):
+    """A machine whose calls are a name, then arguments read one key at a time (Gemma, XML-style).
+
+    The call is announced at its first argument, or at its end when it has none, so a stray opener
+    in prose never becomes a call. Subclasses set ``_name`` (and reset ``_writer``) when they read a
+    call's name, and say in ``_give_up`` what happens to a construct that is not a call.
+    """
+
+    def __init__(self, out: Sink, opts: Options, think: ThinkSpec | None = None) -> None:
+        super().__init__(out, opts, think)
+        self._name = ""
+        self._writer: ArgsWriter | None = None
+
+    def _give_up(self) -> None:
+        raise NotImplementedError
+
+    def _commit(self) -> bool:
+        """Announce the call if that is not done yet; False (after giving up) if its name is refused."""
+        if self._writer is None:
+            if not self.commit(self._name):
+                self._give_up()
+                return False
+            self._writer = ArgsWriter(self.out.args)
         return True

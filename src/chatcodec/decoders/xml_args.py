@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from .base import Sink, hold_trailing_space
-from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
+from .machine import KeyedArgsMachine, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import ArgsWriter, could_be_json, typed_value
 
 TAG_LIMIT = 256
@@ -134,7 +134,7 @@ class _Value:
             self.writer.value(typed_value("".join(self._parts).strip(), self.kind))
 
 
-class XmlMachine(MachineBase):
+class XmlMachine(KeyedArgsMachine):
     """The state machine for every :class:`XmlSpec` format."""
 
     def __init__(self, out: Sink, opts: Options, spec: XmlSpec, think: ThinkSpec | None = None) -> None:
@@ -162,10 +162,8 @@ class XmlMachine(MachineBase):
         if spec.call_close and spec.call_open:
             self._follow[spec.call_close] = MarkerSet((*spec.block_close, spec.call_open))
         self._text: list[str] = []
-        self._name = ""
         self._calls = 0
         self._in_block = False
-        self._writer: ArgsWriter | None = None
         self._value: _Value | None = None
 
     # -- content and blocks --------------------------------------------------------------------
@@ -297,14 +295,6 @@ class XmlMachine(MachineBase):
         else:
             self.fallback()
             self.state = self.s_body
-
-    def _commit(self) -> bool:
-        if self._writer is None:
-            if not self.commit(self._name):
-                self._give_up()
-                return False
-            self._writer = ArgsWriter(self.out.args)
-        return True
 
     # -- arguments -----------------------------------------------------------------------------
 
