@@ -37,6 +37,24 @@ def parse_arguments(text: str) -> tuple[Any, bool]:
         return text, False
 
 
+def hold_trailing_space(text: str, pending: list[str]) -> str:
+    """``text`` without its trailing whitespace, which waits in ``pending`` until more text follows.
+
+    Whitespace that was waiting goes back in front; "" when ``text`` is only whitespace.
+    """
+    body = text.rstrip()
+    if not body:
+        pending.append(text)
+        return ""
+    tail = text[len(body) :]
+    if pending:
+        body = "".join(pending) + body
+        pending.clear()
+    if tail:
+        pending.append(tail)
+    return body
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One tool call decoded from model output.
@@ -211,16 +229,9 @@ class Sink:
             text = text.lstrip()
             if not text:
                 return
-        body = text.rstrip()
+        body = hold_trailing_space(text, self._reasoning_ws)
         if not body:
-            self._reasoning_ws.append(text)
             return
-        tail = text[len(body) :]
-        if self._reasoning_ws:
-            body = "".join(self._reasoning_ws) + body
-            self._reasoning_ws.clear()
-        if tail:
-            self._reasoning_ws.append(tail)
         self._reasoning.append(body)
         self._push("r", -1, body)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 from .base import Sink
-from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
-from .values import ArgsWriter, typed_value
+from .machine import KeyedArgsMachine, MarkerSet, Options, ThinkSpec, markers, skip_space
+from .values import typed_value
 
 NAME_LIMIT = 256
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
@@ -20,7 +20,7 @@ _dumps = json.JSONEncoder(ensure_ascii=False).encode
 ESC = "<escape>"
 
 
-class GemmaMachine(MachineBase):
+class GemmaMachine(KeyedArgsMachine):
     """FunctionGemma: ``<start_function_call>call:f{k:<escape>text<escape>,n:25}<end_function_call>``.
 
     Gemma 4 writes the same grammar with other markers: ``<|tool_call>call:f{k:<|"|>text<|"|>}<tool_call|>``.
@@ -40,8 +40,6 @@ class GemmaMachine(MachineBase):
         self._open_tag, self._close_tag, self._esc_tag = markers
         self._open = MarkerSet((self._open_tag,))
         self._esc = MarkerSet((self._esc_tag,))
-        self._name = ""
-        self._writer: ArgsWriter | None = None
         self._parts: list[str] = []
         self._depth = 0
         self._in_esc = False
@@ -78,14 +76,6 @@ class GemmaMachine(MachineBase):
         self.hold(brace + 1)
         self._name, self._writer = name, None
         self.state = self.s_args
-        return True
-
-    def _commit(self) -> bool:
-        if self._writer is None:
-            if not self.commit(self._name):
-                self._give_up()
-                return False
-            self._writer = ArgsWriter(self.out.args)
         return True
 
     def s_args(self, final: bool) -> bool:
@@ -150,10 +140,7 @@ class GemmaMachine(MachineBase):
     def s_string(self, final: bool) -> bool:
         assert self._writer is not None
         pos = self.pos
-        i, marker = self._esc.find(self.buf, pos, final)
-        if i > pos:
-            self._writer.string(self.buf[pos:i])
-            self.hold(i)
+        i, marker = self.stream_until(self._esc, final, self._writer.string)
         if marker is None:
             if final:
                 self.end_call("the output ended inside an argument value")
@@ -206,11 +193,10 @@ class GemmaMachine(MachineBase):
         return True
 
     def s_end(self, final: bool) -> bool:
-        buf = self.buf
-        i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        marker, undecided = markers(self._close_tag).match(buf, i, final)
-        if undecided or (i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD):
+        found = self.marker_after_space(markers(self._close_tag), final)
+        if found is None:
             return False
+        i, marker = found
         if marker is not None:
             self.hold(i + len(marker))
         self.end_call()

@@ -46,8 +46,7 @@ class GenericMachine(MachineBase):
 
     def _not_generic(self) -> None:
         if self._made:
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
         else:
             self.fallback()
         self.state = self.s_text
@@ -115,8 +114,7 @@ class GenericMachine(MachineBase):
                 self._not_generic()
                 return True
             self._made = True
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
         elif isinstance(sub, CallObject):
             if sub.failed:
                 self._not_generic()
@@ -223,10 +221,7 @@ class FunctionaryMachine(MachineBase):
     def s_code(self, final: bool) -> bool:
         writer, pos = self._writer, self.pos
         assert writer is not None
-        i, marker = self._sep.find(self.buf, pos, final)
-        if i > pos:
-            writer.string(self.buf[pos:i])
-            self.hold(i)
+        i, marker = self.stream_until(self._sep, final, writer.string)
         if marker is None and not final:
             return i > pos
         writer.end_string()

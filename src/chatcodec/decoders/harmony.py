@@ -106,16 +106,14 @@ class HarmonyMachine(MachineBase):
             self._kind = "content"
         elif channel == "analysis" and self.opts.extract_reasoning:
             self._kind = "reasoning"
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
         else:
             self._kind = "content"
             self._verbatim = channel == "analysis"
             if self._verbatim:
                 self.fallback()
             else:
-                self.out.markup("".join(self.held))
-                self.held.clear()
+                self.markup_held()
         self.state = self.s_message
         return True
 

@@ -34,25 +34,40 @@ def _take(m: MachineBase, j: int) -> str:
     return text
 
 
-class JsonValue:
+class _Scanner:
+    """How :class:`JsonValue` and :class:`JsonString` start and end.
+
+    Whitespace before the value is held with it; text that ends before the value is complete leaves
+    it ``truncated``.
+    """
+
+    __slots__ = ("done", "started", "truncated")
+
+    done: bool
+    started: bool
+    truncated: bool
+
+    def _skip_lead(self, m: MachineBase) -> int:
+        """Until the value has started, hold the whitespace before it; where scanning goes on."""
+        if not self.started:
+            m.hold(skip_space(m.buf, m.pos))
+        return m.pos
+
+    def _eof(self, final: bool) -> bool:
+        """At the end of the text an unfinished value is truncated: True when that happens now."""
+        if final and not self.done:
+            self.done = self.truncated = True
+            return True
+        return False
+
+
+class JsonValue(_Scanner):
     """Scan one JSON value (object, array, string or scalar) and pass its text to ``emit``.
 
     After ``done``: ``stopped`` if a stop marker cut the value, ``truncated`` if the text ended first.
     """
 
-    __slots__ = (
-        "_outside",
-        "_stops",
-        "depth",
-        "done",
-        "emit",
-        "esc",
-        "in_str",
-        "scalar",
-        "started",
-        "stopped",
-        "truncated",
-    )
+    __slots__ = ("_outside", "_stops", "depth", "emit", "esc", "in_str", "scalar", "stopped")
 
     def __init__(self, emit: Emit | None = None, stops: MarkerSet | None = None) -> None:
         self.emit = emit
@@ -68,9 +83,7 @@ class JsonValue:
             return False
         buf = m.buf
         n = len(buf)
-        if not self.started:
-            m.hold(skip_space(buf, m.pos))
-        start = i = m.pos
+        start = i = self._skip_lead(m)
         if not self.started:
             if i >= n:
                 return self._eof(final)
@@ -93,8 +106,8 @@ class JsonValue:
             text = _take(m, i)
             if self.emit is not None:
                 self.emit(text)
-        if not self.done and final and m.pos >= n:
-            return self._eof(final) or i > start
+        if m.pos >= n and self._eof(final):
+            return True
         return i > start or self.done
 
     def _scan(self, buf: str, i: int, final: bool) -> int:
@@ -142,12 +155,6 @@ class JsonValue:
                 i = j + 1
         return n
 
-    def _eof(self, final: bool) -> bool:
-        if final and not self.done:
-            self.done = self.truncated = True
-            return True
-        return False
-
 
 _OUTSIDE_CACHE: dict[str, re.Pattern[str]] = {}
 
@@ -191,13 +198,44 @@ def decode_escape(buf: str, j: int, final: bool) -> tuple[str, int] | None:
     return chr(code), j + 6
 
 
-class JsonString:
+Unescape = Callable[[str, int, bool], "tuple[str, int] | None"]
+
+
+def decode_quoted(
+    buf: str, i: int, end: int, stops: re.Pattern[str], unescape: Unescape, final: bool
+) -> tuple[str, int, bool]:
+    """Decode the text of a quoted string from ``buf[i:end]``: ``(text, index reached, closed)``.
+
+    ``stops`` finds the closing quote or a backslash; ``unescape`` decodes the escape at a backslash,
+    or returns None when it is incomplete, which ends the text early. ``closed``: the closing quote
+    was reached (the index is past it).
+    """
+    parts: list[str] = []
+    while i < end:
+        found = stops.search(buf, i, end)
+        j = found.start() if found else end
+        if j > i:
+            parts.append(buf[i:j])
+            i = j
+        if j >= end:
+            break
+        if buf[j] != "\\":
+            return "".join(parts), j + 1, True
+        decoded = unescape(buf, j, final)
+        if decoded is None:
+            break
+        parts.append(decoded[0])
+        i = decoded[1]
+    return "".join(parts), i, False
+
+
+class JsonString(_Scanner):
     """Decode one JSON string as it arrives and pass the decoded text to ``emit``.
 
     With ``limit``, the raw string may be at most that long (for names and ids); longer is ``bad``.
     """
 
-    __slots__ = ("_size", "bad", "done", "emit", "limit", "started", "truncated")
+    __slots__ = ("_size", "bad", "emit", "limit")
 
     def __init__(self, emit: Emit, limit: int | None = None) -> None:
         self.emit = emit
@@ -210,37 +248,17 @@ class JsonString:
             return False
         buf = m.buf
         n = len(buf)
-        if not self.started:
-            m.hold(skip_space(buf, m.pos))
-        start = i = m.pos
+        start = i = self._skip_lead(m)
         if not self.started:
             if i >= n:
-                if final:
-                    self.done = self.truncated = True
-                return final
+                return self._eof(final)
             if buf[i] != '"':
                 self.done = self.bad = True
                 return True
             self.started, i = True, i + 1
         if self.limit is not None:  # a capped string fails at a fixed length
             n = min(n, start + self.limit - self._size + 1)
-        parts: list[str] = []
-        while i < n:
-            found = _IN_STRING.search(buf, i, n)
-            j = found.start() if found else n
-            if j > i:
-                parts.append(buf[i:j])
-                i = j
-            if j >= n:
-                break
-            if buf[j] == '"':
-                self.done, i = True, j + 1
-                break
-            decoded = decode_escape(buf, j, final)
-            if decoded is None:
-                break
-            parts.append(decoded[0])
-            i = decoded[1]
+        text, i, self.done = decode_quoted(buf, i, n, _IN_STRING, decode_escape, final)
         self._size += i - start
         if self.limit is not None and self._size > self.limit:
             _take(m, i)
@@ -248,10 +266,9 @@ class JsonString:
             return True
         if i > start:
             _take(m, i)
-            if parts:
-                self.emit("".join(parts))
-        if final and not self.done and m.pos >= n:
-            self.done = self.truncated = True
+            if text:
+                self.emit(text)
+        if m.pos >= n and self._eof(final):
             return True
         return i > start or self.done
 

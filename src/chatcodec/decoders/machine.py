@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .base import Sink
+from .values import ArgsWriter
 
 _NONSPACE = re.compile(r"\S")
 
@@ -211,6 +212,49 @@ class MachineBase:
             else:
                 self.held.append(text)
 
+    def stream_until(self, ends: MarkerSet, final: bool, emit: Callable[[str], None]) -> tuple[int, str | None]:
+        """Pass the text up to the next of ``ends`` to ``emit`` and :meth:`hold` it.
+
+        For a raw value streamed into a call until its end marker. Returns ``ends.find``'s
+        ``(index, marker)``; the marker itself is left unconsumed.
+        """
+        pos = self.pos
+        i, marker = ends.find(self.buf, pos, final)
+        if i > pos:
+            emit(self.buf[pos:i])
+            self.hold(i)
+        return i, marker
+
+    def marker_after_space(
+        self, ends: MarkerSet, final: bool, start: int | None = None
+    ) -> tuple[int, str | None] | None:
+        """Which of ``ends``, if any, comes after the whitespace at ``start`` (``pos`` by default).
+
+        At most LOOKAHEAD whitespace characters are looked past. ``(index after the whitespace,
+        marker or None)``, or None while more text could still change the answer.
+        """
+        buf = self.buf
+        start = self.pos if start is None else start
+        i = skip_space(buf, start, self.LOOKAHEAD)
+        if i >= len(buf) and not final and i - start < self.LOOKAHEAD:
+            return None
+        marker, undecided = ends.match(buf, i, final)
+        return None if undecided else (i, marker)
+
+    def markup_after_space(self, ends: MarkerSet, final: bool) -> bool:
+        """Consume the whitespace and then one of ``ends`` as markup, when that marker follows.
+
+        True when decided (whether or not a marker was there, as :meth:`marker_after_space` looks);
+        False, consuming nothing, while more text could still decide.
+        """
+        found = self.marker_after_space(ends, final)
+        if found is None:
+            return False
+        i, marker = found
+        if marker is not None:
+            self.markup(i + len(marker))
+        return True
+
     def commit(self, name: str, call_id: str | None = None) -> bool:
         """Announce a tool call; False (nothing announced) if the name is empty or undeclared."""
         name = name.strip()
@@ -230,6 +274,12 @@ class MachineBase:
             text = "".join(self.held)
             self.held.clear()
             self.out.content(text)
+
+    def markup_held(self) -> None:
+        """Keep an uncommitted construct as syntax: what it held becomes markup."""
+        if self.held:
+            self.out.markup("".join(self.held))
+            self.held.clear()
 
     def end_call(self, error: str | None = None, *, require_json: bool = False) -> None:
         self.out.end_call(error, require_json=require_json)
@@ -326,4 +376,30 @@ class MachineBase:
             return i > pos
         self._think_text(marker)
         self.pos = i + len(marker)
+        return True
+
+
+class KeyedArgsMachine(MachineBase):
+    """A machine whose calls are a name, then arguments read one key at a time (Gemma, XML-style).
+
+    The call is announced at its first argument, or at its end when it has none, so a stray opener
+    in prose never becomes a call. Subclasses set ``_name`` (and reset ``_writer``) when they read a
+    call's name, and say in ``_give_up`` what happens to a construct that is not a call.
+    """
+
+    def __init__(self, out: Sink, opts: Options, think: ThinkSpec | None = None) -> None:
+        super().__init__(out, opts, think)
+        self._name = ""
+        self._writer: ArgsWriter | None = None
+
+    def _give_up(self) -> None:
+        raise NotImplementedError
+
+    def _commit(self) -> bool:
+        """Announce the call if that is not done yet; False (after giving up) if its name is refused."""
+        if self._writer is None:
+            if not self.commit(self._name):
+                self._give_up()
+                return False
+            self._writer = ArgsWriter(self.out.args)
         return True

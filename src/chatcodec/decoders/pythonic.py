@@ -13,6 +13,7 @@ import json
 import re
 
 from .base import Sink
+from .jsonstream import decode_quoted
 from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import ArgsWriter, py_literal_json, py_unescape
 
@@ -23,8 +24,12 @@ NAME_LIMIT = 256
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
 
 
-def _ident_at(buf: str, i: int, final: bool) -> tuple[str, int] | None:
-    """The identifier at ``i`` (letters, digits, ``_.-``): ``(name, end)``, or None if it may grow."""
+def _ident_and_next(buf: str, i: int, final: bool) -> tuple[str, int] | None:
+    """The identifier at ``i`` (letters, digits, ``_.-``) and the index of what follows it.
+
+    ``(name, index after the name and up to 64 whitespace characters)``, or None while more text
+    could still change either.
+    """
     found = _IDENT_END.search(buf, i, i + NAME_LIMIT + 1)
     if found is None:
         if not final and len(buf) - i <= NAME_LIMIT:
@@ -32,7 +37,10 @@ def _ident_at(buf: str, i: int, final: bool) -> tuple[str, int] | None:
         end = min(len(buf), i + NAME_LIMIT + 1)
     else:
         end = found.start()
-    return buf[i:end], end
+    j = skip_space(buf, end, 64)
+    if j >= len(buf) and not final:
+        return None
+    return buf[i:end], j
 
 
 _OPEN, _CALL, _NAME, _ARGS, _KEY, _VALUE, _STRING, _AFTER_ARG, _AFTER_CALL = range(9)
@@ -101,13 +109,10 @@ class PyCallList:
                 return self._stop(m)
             self.state = _NAME
         elif state == _NAME:
-            found = _ident_at(buf, i, final)
+            found = _ident_and_next(buf, i, final)
             if found is None:
                 return False
-            name, end = found
-            j = skip_space(buf, end, 64)
-            if j >= len(buf) and not final:
-                return False
+            name, j = found
             if j >= len(buf) or buf[j] != "(" or len(name) > NAME_LIMIT:
                 return self._stop(m)
             m.hold(j + 1)
@@ -119,13 +124,10 @@ class PyCallList:
                     return self._stop(m)
                 m.hold(i + 1)
                 return self._end_call(m)
-            found = _ident_at(buf, i, final)
+            found = _ident_and_next(buf, i, final)
             if found is None:
                 return False
-            key, end = found
-            j = skip_space(buf, end, 64)
-            if j >= len(buf) and not final:
-                return False
+            key, j = found
             if not key or j >= len(buf) or buf[j] != "=" or not self._commit(m):
                 self._error = "a positional or malformed argument"
                 return self._stop(m)
@@ -181,28 +183,9 @@ class PyCallList:
     def _string(self, m: MachineBase, final: bool) -> bool:
         """A quoted string argument, decoded and streamed."""
         buf, start = m.buf, m.pos
-        n, i = len(buf), start
-        parts: list[str] = []
-        closed = False
-        pattern = _PY_IN[self._quote]
-        while i < n:
-            found = pattern.search(buf, i)
-            j = found.start() if found else n
-            parts.append(buf[i:j])
-            i = j
-            if j >= n:
-                break
-            if buf[j] == self._quote:
-                closed, i = True, j + 1
-                break
-            decoded = py_unescape(buf, j, final)
-            if decoded is None:
-                break
-            parts.append(decoded[0])
-            i = decoded[1]
+        text, i, closed = decode_quoted(buf, start, len(buf), _PY_IN[self._quote], py_unescape, final)
         m.hold(i)
         assert self._writer is not None
-        text = "".join(parts)
         if text:
             self._writer.string(text)
         if closed:
@@ -317,8 +300,7 @@ class PythonicMachine(MachineBase):
             self.state = self.s_body
             return True
         if lst.clean:
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
             self.state = self.s_close
         else:
             self.fallback()
@@ -327,15 +309,10 @@ class PythonicMachine(MachineBase):
 
     def s_close(self, final: bool) -> bool:
         """``<|python_end|>`` after a Llama 4 call list is markup."""
-        buf = self.buf
         if self._end is None:
             self.state = self.s_body
             return True
-        i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        marker, undecided = markers(self._end).match(buf, i, final)
-        if undecided or (i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD):
+        if not self.markup_after_space(markers(self._end), final):
             return False
-        if marker is not None:
-            self.markup(i + len(marker))
         self.state = self.s_body
         return True

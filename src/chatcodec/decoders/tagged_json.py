@@ -230,8 +230,7 @@ class JsonMachine(MachineBase):
             self._give_up()
             return True
         # Brackets and commas held since the last call are the list's own markup.
-        self.out.markup("".join(self.held))
-        self.held.clear()
+        self.markup_held()
         self.state = self.s_block_end
         return True
 
@@ -254,19 +253,16 @@ class JsonMachine(MachineBase):
 
     def s_trail(self, final: bool) -> bool:
         """After a call's arguments: take its closing markers (and a stray brace), then end it."""
-        buf, pos = self.buf, self.pos
-        i = skip_space(buf, pos, self.LOOKAHEAD)
-        if i >= len(buf) and not final and i - pos < self.LOOKAHEAD:
+        found = self.marker_after_space(markers(*self._closers), final)
+        if found is None:
             return False
-        marker, undecided = markers(*self._closers).match(buf, i, final)
+        i, marker = found
         if marker is not None:
             self.hold(i + len(marker))
             self._closers.remove(marker)
             self._closed = True
             return True
-        if undecided:
-            return False
-        if i < len(buf) and buf[i] in "}]" and not self._closed:
+        if i < len(self.buf) and self.buf[i] in "}]" and not self._closed:
             self.hold(i + 1)  # a stray closing bracket some models add
             return True
         sub = self._sub
@@ -278,15 +274,8 @@ class JsonMachine(MachineBase):
 
     def s_block_end(self, final: bool) -> bool:
         """After a list: its closing marker, if any, is markup."""
-        buf = self.buf
-        i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        if i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD:
+        if not self.markup_after_space(markers(*self._closers), final):
             return False
-        marker, undecided = markers(*self._closers).match(buf, i, final)
-        if undecided:
-            return False
-        if marker is not None:
-            self.markup(i + len(marker))
         self.state = self.s_body
         return True
 
@@ -317,8 +306,7 @@ class JsonMachine(MachineBase):
 
     def _end_section(self) -> None:
         if self._count:
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
         else:
             self.fallback()
         self._in_section = False
@@ -349,20 +337,27 @@ class JsonMachine(MachineBase):
         self._code_end = MarkerSet(self._block.close)
         self.state = self.s_code
 
-    def s_code(self, final: bool) -> bool:
-        """Raw code as the ``code`` argument, until the block's end marker or the end of text."""
+    def _read_code(self, final: bool) -> str | None:
+        """Stream raw code into the open ``code`` argument, up to ``_code_end``.
+
+        None while the code goes on. Once it ends, the arguments are closed and the result is the
+        end marker (consumed), or "" when the text ended first.
+        """
         assert self._writer is not None
-        pos = self.pos
-        i, marker = self._code_end.find(self.buf, pos, final)
-        if i > pos:
-            self._writer.string(self.buf[pos:i])
-            self.hold(i)
+        i, marker = self.stream_until(self._code_end, final, self._writer.string)
         if marker is None and not final:
-            return i > pos
+            return None
         if marker is not None:
             self.hold(i + len(marker))
         self._writer.end_string()
         self._writer.close()
+        return marker or ""
+
+    def s_code(self, final: bool) -> bool:
+        """Raw code as the ``code`` argument, until the block's end marker or the end of text."""
+        pos = self.pos
+        if self._read_code(final) is None:
+            return self.pos > pos
         self.end_call()
         self._count += 1
         self._resume()
@@ -397,23 +392,15 @@ class JsonMachine(MachineBase):
         return True
 
     def s_code_block(self, final: bool) -> bool:
-        assert self._writer is not None
         pos = self.pos
-        i, marker = self._code_end.find(self.buf, pos, final)
-        if i > pos:
-            self._writer.string(self.buf[pos:i])
-            self.hold(i)
-        if marker is None and not final:
-            return i > pos
-        if marker is not None:
-            self.hold(i + len(marker))
-        self._writer.end_string()
-        self._writer.close()
-        if marker is None:
+        end = self._read_code(final)
+        if end is None:
+            return self.pos > pos
+        if end:
+            self._to_trail()
+        else:
             self.end_call("the output ended inside the code block")
             self._resume()
-        else:
-            self._to_trail()
         return True
 
 

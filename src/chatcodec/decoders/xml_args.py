@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .base import Sink
-from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
+from .base import Sink, hold_trailing_space
+from .machine import KeyedArgsMachine, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import ArgsWriter, could_be_json, typed_value
 
 TAG_LIMIT = 256
@@ -123,17 +123,9 @@ class _Value:
         return could_be_json(self._word)
 
     def _stream(self, text: str) -> None:
-        body = text.rstrip()
-        if not body:
-            self._ws.append(text)
-            return
-        tail = text[len(body) :]
-        if self._ws:
-            body = "".join(self._ws) + body
-            self._ws.clear()
-        self.writer.string(body)
-        if tail:
-            self._ws.append(tail)
+        body = hold_trailing_space(text, self._ws)
+        if body:
+            self.writer.string(body)
 
     def close(self) -> None:
         if self.mode == "string":
@@ -142,7 +134,7 @@ class _Value:
             self.writer.value(typed_value("".join(self._parts).strip(), self.kind))
 
 
-class XmlMachine(MachineBase):
+class XmlMachine(KeyedArgsMachine):
     """The state machine for every :class:`XmlSpec` format."""
 
     def __init__(self, out: Sink, opts: Options, spec: XmlSpec, think: ThinkSpec | None = None) -> None:
@@ -170,10 +162,8 @@ class XmlMachine(MachineBase):
         if spec.call_close and spec.call_open:
             self._follow[spec.call_close] = MarkerSet((*spec.block_close, spec.call_open))
         self._text: list[str] = []
-        self._name = ""
         self._calls = 0
         self._in_block = False
-        self._writer: ArgsWriter | None = None
         self._value: _Value | None = None
 
     # -- content and blocks --------------------------------------------------------------------
@@ -230,8 +220,7 @@ class XmlMachine(MachineBase):
 
     def _end_block(self, clean: bool) -> None:
         if self._calls and clean:
-            self.out.markup("".join(self.held))
-            self.held.clear()
+            self.markup_held()
         else:
             self.fallback()
         self.state = self.s_body
@@ -306,14 +295,6 @@ class XmlMachine(MachineBase):
         else:
             self.fallback()
             self.state = self.s_body
-
-    def _commit(self) -> bool:
-        if self._writer is None:
-            if not self.commit(self._name):
-                self._give_up()
-                return False
-            self._writer = ArgsWriter(self.out.args)
-        return True
 
     # -- arguments -----------------------------------------------------------------------------
 
@@ -405,10 +386,7 @@ class XmlMachine(MachineBase):
         """The raw value, up to a closing tag that the following text confirms."""
         value, buf, pos = self._value, self.buf, self.pos
         assert value is not None
-        i, marker = self._enders.find(buf, pos, final)
-        if i > pos:
-            value.feed(buf[pos:i])
-            self.hold(i)
+        i, marker = self.stream_until(self._enders, final, value.feed)
         if marker is None:
             if final:
                 self._finish_call("the output ended inside an argument value", clean=False)
@@ -418,12 +396,10 @@ class XmlMachine(MachineBase):
             self._close_value()
             return True
         end = i + len(marker)
-        j = skip_space(buf, end, self.LOOKAHEAD)
-        follow, undecided = self._follow[marker].match(buf, j, final)
-        if j >= len(buf) and not final and j - end < self.LOOKAHEAD:
+        found = self.marker_after_space(self._follow[marker], final, end)
+        if found is None:
             return i > pos
-        if undecided:
-            return i > pos
+        j, follow = found
         if follow is not None or j >= len(buf) or j - end >= self.LOOKAHEAD:
             self._close_value()
             if marker == self.spec.param_close:
@@ -460,14 +436,7 @@ class XmlMachine(MachineBase):
 
     def s_after_bare(self, final: bool) -> bool:
         """After a call written without its block opener: a lone closing block tag is markup."""
-        buf = self.buf
-        i = skip_space(buf, self.pos, self.LOOKAHEAD)
-        if i >= len(buf) and not final and i - self.pos < self.LOOKAHEAD:
+        if not self.markup_after_space(self._block_close, final):
             return False
-        marker, undecided = self._block_close.match(buf, i, final)
-        if undecided:
-            return False
-        if marker is not None:
-            self.markup(i + len(marker))
         self.state = self.s_body
         return True
