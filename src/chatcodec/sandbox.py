@@ -300,8 +300,9 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             lipsum=_lipsum,
         )
         self._safe = _safe_attributes(self)
-        _TRUSTED.update(id(value) for value in self.globals.values() if not isinstance(value, (TemplateDict, type)))
-        _TRUSTED.add(id(TemplateNamespace))
+        # the globals that are safe to call directly; they live as long as the environment, so ids stay unique
+        self._trusted = {id(v) for v in self.globals.values() if not isinstance(v, (TemplateDict, type))}
+        self._trusted.add(id(TemplateNamespace))
         self.fast_getattr = self.getattr
         self.fast_getitem = self.getitem
 
@@ -351,7 +352,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
                 return __obj(*args, **kwargs)
         elif (
             kind is _BudgetedMacro
-            or id(__obj) in _TRUSTED
+            or id(__obj) in __self._trusted
             or (kind is types.MethodType and type(__obj.__self__) is LoopContext)
         ):
             kwargs.pop("_loop_vars", None)
@@ -384,9 +385,6 @@ _STR_METHODS = {
     for name in dir(str)
     if not name.startswith("_") and name not in _STR_FORMAT and name not in limits.SIZED_STR_METHODS
 }
-
-#: ids of the globals that are safe to call directly (they live as long as the module, so ids stay unique)
-_TRUSTED: set[int] = set()
 
 
 @jinja2.pass_context
