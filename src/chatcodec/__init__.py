@@ -4,7 +4,15 @@
 >>> chat = chatcodec.load_template("qwen3")
 >>> chat.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
 '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
+
+Names from the upper floors (:data:`_LAZY`) are imported on first use, so ``import chatcodec`` stays
+small: ``chatcodec.apply_chat_template`` works, and costs its import only when it is used.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from .decoders import AssistantMessage as AssistantMessage
 from .decoders import Decoder as Decoder
@@ -37,7 +45,10 @@ from .tokens import Codec as Codec
 from .tokens import Encoding as Encoding
 from .tokens import load as load
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it from here
+
+#: public name -> the module that defines it, imported the first time the name is used (PEP 562)
+_LAZY: dict[str, str] = {}
 
 __all__ = [
     "AssistantMessage",
@@ -71,3 +82,16 @@ __all__ = [
     "load",
     "load_template",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chatcodec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later uses are plain attribute lookups
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

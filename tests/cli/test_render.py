@@ -12,10 +12,10 @@ import pytest
 
 from chatcodec.cli import main
 
-from .conftest import SHARED, require_shared
-from .reference import require_transformers
+from ..conftest import SHARED, require_shared
+from ..reference import require_transformers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WEATHER = ROOT / "examples" / "weather.json"
 
 
@@ -121,12 +121,12 @@ BAD_INPUTS: list[tuple[list[str], str, str]] = [
     (["render"], '[{"content": "no role"}]', 'message 0 in stdin has no "role"'),
     (["render"], '{"model": "x"}', 'must hold a list of messages or a request body with "messages"'),
     (["render"], '{"messages": []}', '"messages" in stdin must be a non-empty list'),
-    (["render"], '["hi"]', "message 0 in stdin is str, not an object"),
+    (["render"], '["hi"]', "message 0 in stdin is a string, not an object"),
     (["render", "missing.json"], "", "messages file missing.json does not exist"),
     (["render", "-t", "qwen-3"], '[{"role": "user", "content": "x"}]', "Did you mean 'qwen3'?"),
     (["render", "-t", "gemma"], '[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]',
      "Conversation roles must alternate user/assistant/user/assistant/... (template 'gemma', line"),
-    (["render", "--var", "x"], '[{"role": "user", "content": "x"}]', "--var takes KEY=JSON"),
+    (["render", "--var", "x"], '[{"role": "user", "content": "x"}]', "--var takes KEY=VALUE"),
     (["render", "--now", "noon"], '[{"role": "user", "content": "x"}]', "--now takes an ISO date"),
     (["render", "--continue-final-message", "--add-generation-prompt"],
      '[{"role": "assistant", "content": "x"}]', "continue_final_message and add_generation_prompt are not compatible"),

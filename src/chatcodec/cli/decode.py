@@ -1,10 +1,7 @@
-"""``chatcodec decode``: turn a completion on stdin into an OpenAI message, or into streaming deltas.
+"""``chatcodec decode``: a completion on stdin into an OpenAI assistant message, or into streaming deltas.
 
-Wired into the ``chatcodec`` command by :func:`configure` (it adds the arguments and the handler to a
-sub-parser); :func:`main` runs it on its own::
-
-    printf '<tool_call>{"name": "f", "arguments": {}}</tool_call>' | chatcodec decode --format hermes
-    some-model | chatcodec decode --template qwen3 --stream
+printf '<tool_call>{"name": "f", "arguments": {}}</tool_call>' | chatcodec decode --format hermes
+some-model | chatcodec decode --template qwen3 --stream
 """
 
 from __future__ import annotations
@@ -12,30 +9,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import IO, Any
 
-from .. import cli as command
+from ..decoders import AssistantMessage, Decoder, decoder, decoder_for
+from ..decoders.registry import REASONING_FORMATS, formats, get_format
 from ..exceptions import DecodeError
-from .base import AssistantMessage
-from .registry import REASONING_FORMATS, Decoder, decoder, formats, get_format
+from . import common
 
-__all__ = ["HELP", "configure", "main"]
-
-HELP = "decode a completion (stdin) into content, reasoning and tool calls; --stream prints deltas"
+__all__ = ["configure", "run", "show_message"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add ``decode``'s arguments and handler to ``parser`` (a sub-parser of ``chatcodec``)."""
     parser.description = (
-        "Read a model completion from stdin and print the OpenAI assistant message as JSON, or with"
-        " --stream one JSON delta per line as the text arrives. Choose the format with --format, or let"
-        " --template detect it from a chat template (and whether its prompt opens a think block)."
+        "Read a model completion from stdin and print the OpenAI assistant message as JSON, or with --stream"
+        " one JSON delta per line as the text arrives. Choose the format with --format, or let --template (or"
+        " --tokenizer) detect it from a chat template, and whether its prompt opens a think block."
     )
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--format", "-f", metavar="NAME", help="output format (see --list-formats)")
-    source.add_argument("--template", "-t", metavar="NAME|PATH", help="chat template to detect the format from")
-    source.add_argument("--list-formats", action="store_true", help="print the formats and exit")
+    parser.add_argument("--format", "-f", metavar="NAME", help="output format (see --list-formats)")
+    common.add_template_options(parser, default_note="to detect the format from; instead of --format")
+    parser.add_argument("--list-formats", action="store_true", help="print the formats and exit")
     parser.add_argument("--stream", action="store_true", help="print OpenAI streaming deltas as JSON lines")
     parser.add_argument("--chunk-size", type=int, metavar="N", help="with --stream, feed stdin N bytes at a time")
     parser.add_argument(
@@ -56,23 +49,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the enable_thinking the prompt was rendered with",
     )
-    parser.add_argument(
-        "--tools",
-        metavar="FILE",
-        help="JSON tools list (or a request with 'tools'): names "
-        "are checked and XML-style argument values typed by their schemas",
-    )
+    common.add_variable_options(parser)
     parser.add_argument("--tag", help="the tool-call tag, for Ollama's template-tag formats")
-    parser.set_defaults(handler=run)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``chatcodec decode`` on its own; every chatcodec error is one line on stderr and exit code 2."""
-    return command.main(["decode", *(sys.argv[1:] if argv is None else argv)])
+    common.add_output_options(
+        parser,
+        json_help="print the message as JSON (the default)",
+        show_help="print the message for a person: reasoning, content and each tool call",
+    )
+    common.add_limit_options(parser)
 
 
 def run(args: argparse.Namespace, stdin: IO[bytes] | None = None, stdout: IO[str] | None = None) -> int:
-    """The ``decode`` command: errors in what the user gave raise :class:`ChatcodecError`."""
+    """The ``decode`` command; ``stdin`` and ``stdout`` default to the process's."""
     out = stdout or sys.stdout
     if args.list_formats:
         width = max(map(len, formats()))
@@ -89,7 +77,10 @@ def run(args: argparse.Namespace, stdin: IO[bytes] | None = None, stdout: IO[str
         _warn(stream.message)
         return 0
     message = chosen.decode(data.read())
-    out.write(json.dumps(message.to_openai(), ensure_ascii=False, indent=2) + "\n")
+    if args.show:
+        out.write(show_message(message) + "\n")
+    else:
+        out.write(json.dumps(message.to_openai(), ensure_ascii=False, indent=2) + "\n")
     _warn(message)
     return 0
 
@@ -101,24 +92,19 @@ def _decoder(args: argparse.Namespace) -> Decoder:
         "enable_thinking": args.enable_thinking,
         "tag": args.tag,
     }
-    if args.tools:
-        options["tools"] = _read_tools(args.tools)
+    tools = common.tools_from(args)
+    if tools is not None:
+        options["tools"] = tools
+    if args.format and (args.template or args.tokenizer):
+        raise DecodeError("Give --format or --template/--tokenizer, not both: the template picks the format.")
+    variables = common.variables_from(args)
     if args.format:
+        if variables:
+            raise DecodeError("--var and --vars are the template's variables: they need --template, not --format.")
         return decoder(args.format, **options)
-    if args.template:
-        from ..templates import load_template
-        from .detect import decoder_for
-
-        return decoder_for(load_template(args.template), **options)
+    if args.template or args.tokenizer:
+        return decoder_for(common.template_from(args), chat_template_kwargs=variables or None, **options)
     raise DecodeError("Say which format to decode: --format NAME, or --template NAME|PATH to detect it.")
-
-
-def _read_tools(path: str) -> list[Any]:
-    data = command.read_json(path, "tools")
-    tools = data.get("tools") if isinstance(data, dict) else data
-    if not isinstance(tools, list):
-        raise DecodeError(f"The tools file {path!r} must hold a list of tools, or a request with 'tools'.")
-    return tools
 
 
 def _chunks(data: IO[bytes], size: int | None) -> Iterator[bytes]:
@@ -139,6 +125,19 @@ def _print_deltas(out: IO[str], deltas: list[Any]) -> None:
     for delta in deltas:
         out.write(json.dumps(delta.to_openai(), ensure_ascii=False) + "\n")
     out.flush()
+
+
+def show_message(message: AssistantMessage) -> str:
+    """The message for a person to read: reasoning, content, then each tool call with its arguments."""
+    lines = []
+    if message.reasoning_content:
+        lines += ["reasoning:", message.reasoning_content, ""]
+    if message.content:
+        lines += ["content:", message.content, ""]
+    for index, call in enumerate(message.tool_calls):
+        arguments = json.dumps(call.arguments, ensure_ascii=False, indent=2) if call.error is None else call.raw
+        lines += [f"tool call {index}: {call.name}", str(arguments), ""]
+    return "\n".join(lines).rstrip("\n") or "(empty message)"
 
 
 def _warn(message: AssistantMessage) -> None:

@@ -1,23 +1,23 @@
-"""``chatcodec decode``: the command logic (wired into ``chatcodec`` by main's CLI)."""
+"""``chatcodec decode``: the command logic, and the command through ``chatcodec``."""
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 from pathlib import Path
 
 import pytest
 
-from chatcodec.decoders import cli
-from chatcodec.decoders.cli import main as cli_main
+from chatcodec.cli import decode as cli
+from chatcodec.cli import main
+from chatcodec.cli.common import ArgumentParser
 from chatcodec.exceptions import DecodeError
 
 HERMES_CALL = 'Sure.<tool_call>{"name": "f", "arguments": {"x": "é"}}</tool_call>'
 
 
 def run(argv: list[str], stdin: str | bytes = "") -> str:
-    parser = argparse.ArgumentParser(prog="chatcodec decode")
+    parser = ArgumentParser(prog="chatcodec decode")
     cli.configure(parser)
     data = stdin.encode() if isinstance(stdin, str) else stdin
     out = io.StringIO()
@@ -63,7 +63,7 @@ def test_list_formats() -> None:
 def test_mistakes_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(DecodeError, match="--format NAME"):
         run([])
-    assert cli_main(["--format", "nope"]) == 2
+    assert main(["decode", "--format", "nope"]) == 2
     assert "Unknown output format 'nope'" in capsys.readouterr().err
 
 

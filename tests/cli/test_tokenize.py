@@ -7,15 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from chatcodec.tokenize_cli import main
+from chatcodec.cli import main as cli_main
 
-from .conftest import SHARED, require_shared
+from ..conftest import SHARED, require_shared
 
 MESSAGES = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Hi <|im_end|> there"},
     {"role": "assistant", "content": "Hello!"},
 ]
+
+
+def main(argv: list[str]) -> int:
+    model, *rest = argv
+    return cli_main(["tokenize", "--tokenizer", model, *rest])
 
 
 @pytest.fixture
