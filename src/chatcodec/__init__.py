@@ -12,7 +12,7 @@ small: ``chatcodec.apply_chat_template`` works, and costs its import only when i
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .decoders import AssistantMessage as AssistantMessage
 from .decoders import Decoder as Decoder
@@ -45,10 +45,17 @@ from .tokens import Codec as Codec
 from .tokens import Encoding as Encoding
 from .tokens import load as load
 
+if TYPE_CHECKING:
+    from .tools import Toolbox as Toolbox
+    from .tools import tool_schema as tool_schema
+
 __version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it from here
 
 #: public name -> the module that defines it, imported the first time the name is used (PEP 562)
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "Toolbox": "chatcodec.tools",
+    "tool_schema": "chatcodec.tools",
+}
 
 __all__ = [
     "AssistantMessage",
@@ -75,12 +82,14 @@ __all__ = [
     "TemplateSyntaxError",
     "ToolCall",
     "ToolCallDelta",
+    "Toolbox",
     "builtin_templates",
     "decoder",
     "decoder_for",
     "detect_format",
     "load",
     "load_template",
+    "tool_schema",
 ]
 
 

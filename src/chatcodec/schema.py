@@ -13,6 +13,10 @@ for byte: the same keys, in the same order, with the same strings. The rules (sp
 Errors transformers reports as ``DocstringParsingException`` or ``TypeHintParsingException`` are
 raised as :class:`~chatcodec.exceptions.SchemaError` with the same message.
 
+A caller may extend the mapping with ``fallback``, a function asked for the schema of a class that
+transformers cannot convert (``chatcodec.tool_schema`` uses it for pydantic models); without one the
+output is exactly transformers'.
+
 Importing this module stays cheap: images (``PIL.Image.Image``) and audio (``torch.Tensor``) hints are
 recognised by the class's module and name, so neither package is ever imported here.
 """
@@ -24,16 +28,16 @@ import inspect
 import json
 import re
 import typing
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from .exceptions import SchemaError
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-__all__ = ["function_schema", "parse_google_docstring", "type_hint_schema"]
+__all__ = ["HintFallback", "function_schema", "parse_google_docstring", "type_hint_schema"]
 
 JsonSchema = dict[str, Any]
+#: Asked for the schema of a class transformers cannot convert; ``None`` keeps transformers' error.
+HintFallback = Callable[[type], "JsonSchema | None"]
 
 _NoneType = type(None)
 # ``int | str`` builds a types.UnionType; taking its type avoids importing ``types`` just for the name.
@@ -104,11 +108,12 @@ _ELLIPSIS_TUPLE = (
 # The entry point
 
 
-def function_schema(func: Callable[..., object]) -> JsonSchema:
+def function_schema(func: Callable[..., object], *, fallback: HintFallback | None = None) -> JsonSchema:
     """The tool schema transformers' ``get_json_schema(func)`` returns, key order included.
 
     ``{"type": "function", "function": {"name", "description", "parameters"[, "return"]}}``; the
-    ``return`` entry is present only when the return annotation can be converted.
+    ``return`` entry is present only when the return annotation can be converted. ``fallback``
+    converts classes transformers rejects (see the module's docstring).
     """
     name = getattr(func, "__name__", "operation")
     doc = inspect.getdoc(func)
@@ -116,7 +121,7 @@ def function_schema(func: Callable[..., object]) -> JsonSchema:
         raise SchemaError(f"Cannot generate JSON schema for {name} because it has no docstring!")
     description, arg_docs, returns_doc = parse_google_docstring(doc.strip())
 
-    parameters, returns = _signature_schemas(func, name)
+    parameters, returns = _signature_schemas(func, name, fallback)
     if returns is not None and returns_doc is not None:
         returns["description"] = returns_doc
     for arg, schema in parameters["properties"].items():
@@ -195,7 +200,9 @@ def _parse_choices(source: str, func_name: object, arg: str) -> list[Any]:
 # Signatures
 
 
-def _signature_schemas(func: Callable[..., object], func_name: object) -> tuple[JsonSchema, JsonSchema | None]:
+def _signature_schemas(
+    func: Callable[..., object], func_name: object, fallback: HintFallback | None
+) -> tuple[JsonSchema, JsonSchema | None]:
     """The ``parameters`` schema (without descriptions) and the return schema, if it converts."""
     hints = typing.get_type_hints(func)
     params = list(inspect.signature(func).parameters.values())
@@ -216,9 +223,9 @@ def _signature_schemas(func: Callable[..., object], func_name: object) -> tuple[
         if name == receiver:
             continue
         if name == "return":
-            returns = _return_schema(hint)
+            returns = _return_schema(hint, fallback)
         else:
-            properties[name] = type_hint_schema(hint)
+            properties[name] = type_hint_schema(hint, fallback=fallback)
 
     parameters: JsonSchema = {"type": "object", "properties": properties}
     if required:
@@ -233,10 +240,10 @@ def _implicit_receiver(params: list[inspect.Parameter]) -> str | None:
     return None
 
 
-def _return_schema(hint: object) -> JsonSchema | None:
+def _return_schema(hint: object, fallback: HintFallback | None) -> JsonSchema | None:
     """The return value's schema; a return hint that cannot be converted is left out, not an error."""
     try:
-        return type_hint_schema(hint)
+        return type_hint_schema(hint, fallback=fallback)
     except SchemaError:
         return None
 
@@ -245,33 +252,35 @@ def _return_schema(hint: object) -> JsonSchema | None:
 # Type hints
 
 
-def type_hint_schema(hint: object) -> JsonSchema:
+def type_hint_schema(hint: object, *, fallback: HintFallback | None = None) -> JsonSchema:
     """The JSON schema for one (already resolved) type hint, as transformers maps it.
 
     ``int``/``float``/``str``/``bool``/``None`` → ``integer``/``number``/``string``/``boolean``/``null``;
     bare ``list``/``tuple`` → ``array``, ``dict`` → ``object``; ``Any`` → ``{}``; Enum classes and
     ``Literal`` → ``enum``; ``list[X]`` → ``items``; ``tuple[X, Y]`` → ``prefixItems``; ``dict[K, V]`` →
-    ``additionalProperties``; unions → a list of type names or ``anyOf``, plus ``nullable``.
+    ``additionalProperties``; unions → a list of type names or ``anyOf``, plus ``nullable``. Other
+    classes go to ``fallback``, if given.
     """
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is None:
-        return _plain_hint_schema(hint)
+        return _plain_hint_schema(hint, fallback)
     if origin is typing.Union or origin is _UnionType:
-        return _union_schema(args)
+        return _union_schema(args, fallback)
     if origin is typing.Literal and args:
         return _literal_schema(args)
     if origin is list:
-        return _list_schema(args)
+        return _list_schema(args, fallback)
     if origin is tuple:
-        return _tuple_schema(hint, args)
+        return _tuple_schema(hint, args, fallback)
     if origin is dict:
-        return _dict_schema(args)
+        return _dict_schema(args, fallback)
     raise SchemaError(repr((_UNSUPPORTED_GENERIC, hint)))
 
 
-def _plain_hint_schema(hint: object) -> JsonSchema:
-    """A hint without type arguments: an Enum class, a basic or media type, or an unsupported class."""
+def _plain_hint_schema(hint: object, fallback: HintFallback | None) -> JsonSchema:
+    """A hint without type arguments: an Enum class, a basic or media type, a class ``fallback``
+    converts, or an unsupported class."""
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _enum_schema(hint)
     for known, schema in _PLAIN_HINTS:
@@ -280,6 +289,10 @@ def _plain_hint_schema(hint: object) -> JsonSchema:
     media = _media_type(hint)
     if media is not None:
         return {"type": media}
+    if fallback is not None and isinstance(hint, type):
+        converted = fallback(hint)
+        if converted is not None:
+            return converted
     raise SchemaError(_UNSUPPORTED_HINT.format(hint=hint))
 
 
@@ -320,10 +333,10 @@ def _enum_values_schema(values: list[Any]) -> JsonSchema:
     return {"type": type_names[0] if len(type_names) == 1 else type_names, "enum": values}
 
 
-def _union_schema(args: tuple[Any, ...]) -> JsonSchema:
+def _union_schema(args: tuple[Any, ...], fallback: HintFallback | None) -> JsonSchema:
     """Members other than ``None``: one is used as is, plain ``{"type": name}`` members merge into one
     sorted list of names, anything else becomes ``anyOf``. ``None`` as a member adds ``nullable``."""
-    members = [type_hint_schema(arg) for arg in args if arg is not _NoneType]
+    members = [type_hint_schema(arg, fallback=fallback) for arg in args if arg is not _NoneType]
     schema: JsonSchema
     if len(members) == 1:
         schema = members[0]
@@ -337,24 +350,24 @@ def _union_schema(args: tuple[Any, ...]) -> JsonSchema:
     return schema
 
 
-def _list_schema(args: tuple[Any, ...]) -> JsonSchema:
+def _list_schema(args: tuple[Any, ...], fallback: HintFallback | None) -> JsonSchema:
     if not args:
         return {"type": "array"}
-    return {"type": "array", "items": type_hint_schema(args[0])}
+    return {"type": "array", "items": type_hint_schema(args[0], fallback=fallback)}
 
 
-def _tuple_schema(hint: object, args: tuple[Any, ...]) -> JsonSchema:
+def _tuple_schema(hint: object, args: tuple[Any, ...], fallback: HintFallback | None) -> JsonSchema:
     if not args:
         return {"type": "array"}
     if len(args) == 1:
         raise SchemaError(_SINGLE_TUPLE.format(hint=str(hint).replace("typing.", "")))
     if ... in args:
         raise SchemaError(_ELLIPSIS_TUPLE)
-    return {"type": "array", "prefixItems": [type_hint_schema(arg) for arg in args]}
+    return {"type": "array", "prefixItems": [type_hint_schema(arg, fallback=fallback) for arg in args]}
 
 
-def _dict_schema(args: tuple[Any, ...]) -> JsonSchema:
+def _dict_schema(args: tuple[Any, ...], fallback: HintFallback | None) -> JsonSchema:
     """``object``; with both type arguments, the value type becomes ``additionalProperties``."""
     if len(args) != 2:
         return {"type": "object"}
-    return {"type": "object", "additionalProperties": type_hint_schema(args[1])}
+    return {"type": "object", "additionalProperties": type_hint_schema(args[1], fallback=fallback)}

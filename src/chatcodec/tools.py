@@ -1,0 +1,955 @@
+"""Python functions as tools: their schemas, their safe execution, and the function-calling loop.
+
+:func:`tool_schema` turns a function into the OpenAI tool dict, with transformers' ``get_json_schema``
+semantics (Google docstring, type hints; pydantic models as parameter types become their JSON schema).
+A :class:`Toolbox` holds functions, runs the calls a model makes and feeds the results back:
+
+>>> import chatcodec
+>>> toolbox = chatcodec.Toolbox()
+>>> @toolbox.tool
+... def get_current_temperature(location: str, unit: str = "celsius") -> float:
+...     '''Get current temperature at a location.
+...
+...     Args:
+...         location: The location, as "City, State, Country".
+...         unit: The unit of the temperature. (choices: ["celsius", "fahrenheit"])
+...     '''
+...     return 26.1 if unit == "celsius" else 79.0
+>>> toolbox.tools[0]["function"]["parameters"]["properties"]["unit"]["enum"]
+['celsius', 'fahrenheit']
+>>> toolbox.call({"id": "call_1", "type": "function",
+...               "function": {"name": "get_current_temperature", "arguments": '{"location": "Paris, France"}'}})
+{'role': 'tool', 'tool_call_id': 'call_1', 'content': '26.1'}
+
+A call that cannot run comes back as an error result for the model to read, never as an exception:
+
+>>> toolbox.call({"id": "call_2", "function": {"name": "get_current_temperature", "arguments": {"unit": "kelvin"}}})
+{'role': 'tool', 'tool_call_id': 'call_2', 'content': "Error: invalid arguments for get_current_temperature: \
+'location' is a required property."}
+
+:meth:`Toolbox.run` is the loop: ask the model, run its calls, append the results, until it answers.
+Calls of one round run concurrently; synchronous functions run on threads, coroutine functions on the
+event loop. A call that overruns ``timeout`` is reported to the model as timed out; the thread of a
+synchronous function cannot be stopped and finishes in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import datetime
+import enum
+import inspect
+import json
+import re
+import threading
+import time
+import typing
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeVar, overload
+
+from .exceptions import ChatcodecError, InputError, SchemaError
+from .schema import JsonSchema, function_schema, parse_google_docstring, type_hint_schema
+
+__all__ = ["Round", "ToolResult", "Toolbox", "tool_schema"]
+
+Message = dict[str, Any]
+Style = Literal["tools", "functions"]
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+#: The names the OpenAI API accepts for functions.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOOL_CHOICES = ("auto", "none", "required")
+_SUPPORTED_HINTS = (
+    "int, float, str, bool, None, Any, an Enum, a Literal, a pydantic model, or list, tuple, dict and unions of them"
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Schemas
+
+
+def tool_schema(func: Callable[..., Any]) -> JsonSchema:
+    """The OpenAI tool dict for ``func``, as transformers' ``get_json_schema(func)`` builds it.
+
+    The docstring is Google style: a description, then an ``Args:`` block with one entry per
+    parameter (a trailing ``(choices: [...])`` becomes the parameter's ``enum``), then optionally
+    ``Returns:``. Every parameter needs a type hint. Where transformers succeeds the result is the same
+    dict, key order included; a pydantic model as a parameter type (which transformers rejects)
+    becomes the model's JSON schema, its ``$ref``\\ s inlined.
+
+    An incomplete function raises :class:`~chatcodec.SchemaError` naming everything that is missing:
+
+    >>> def search(query: str, limit):
+    ...     '''Search the web.'''
+    >>> tool_schema(search)
+    Traceback (most recent call last):
+        ...
+    chatcodec.exceptions.SchemaError: Cannot make a tool schema for search: parameter 'limit' has no type hint; \
+the docstring has no Args: block to describe 'query', 'limit' (Google style: 'Args:', then 'name: description' \
+on an indented line per parameter).
+    """
+    try:
+        return function_schema(func, fallback=_model_schema)
+    except SchemaError as exc:
+        problems = _schema_problems(func)
+        if not problems:
+            raise
+        name = getattr(func, "__name__", "operation")
+        raise SchemaError(f"Cannot make a tool schema for {name}: {'; '.join(problems)}.") from exc
+
+
+def _is_model(cls: object) -> bool:
+    """A pydantic (v2) model class, recognised without importing pydantic."""
+    return (
+        isinstance(cls, type) and callable(getattr(cls, "model_json_schema", None)) and hasattr(cls, "model_validate")
+    )
+
+
+def _model_schema(cls: type) -> JsonSchema | None:
+    """The JSON schema of a pydantic model class with its ``$defs`` inlined; ``None`` for other classes."""
+    if not _is_model(cls):
+        return None
+    schema = dict(typing.cast("Callable[[], JsonSchema]", cls.model_json_schema)())  # type: ignore[attr-defined]
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [inline(item, seen) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            target = ref[len("#/$defs/") :]
+            if target in seen or target not in definitions:
+                raise SchemaError(
+                    f"The pydantic model {cls.__name__} refers to {target} recursively, which cannot be inlined"
+                    " into a tool schema; write the tool's JSON schema by hand and pass it with schema=."
+                )
+            resolved = inline(definitions[target], (*seen, target))
+            return {**resolved, **{k: inline(v, seen) for k, v in node.items() if k != "$ref"}}
+        return {key: inline(value, seen) for key, value in node.items()}
+
+    return typing.cast("JsonSchema", inline(schema, (cls.__name__,)))
+
+
+def _schema_problems(func: Callable[..., Any]) -> list[str]:
+    """Everything that keeps ``func`` from having a tool schema, one short sentence each."""
+    problems: list[str] = []
+    try:
+        params = list(inspect.signature(func).parameters.values())
+        hints = typing.get_type_hints(func)
+    except (TypeError, ValueError, NameError) as exc:
+        return [f"its signature or type hints cannot be read ({exc})"]
+    if params and params[0].name in ("self", "cls") and params[0].annotation is inspect.Parameter.empty:
+        params = params[1:]
+    names = [param.name for param in params]
+    problems += [f"parameter '{param.name}' has no type hint" for param in params if param.name not in hints]
+    for name in names:
+        if name in hints:
+            problem = _hint_problem(name, hints[name])
+            if problem:
+                problems.append(problem)
+
+    doc = inspect.getdoc(func)
+    described = names
+    if not doc:
+        problems.append(
+            "it has no docstring (Google style: a description, then 'Args:' and 'name: description' per parameter)"
+        )
+        return problems
+    _, arg_docs, _ = parse_google_docstring(doc.strip())
+    missing = ", ".join(repr(name) for name in described if name not in arg_docs)
+    if missing and not arg_docs:
+        problems.append(
+            f"the docstring has no Args: block to describe {missing} (Google style: 'Args:', then"
+            " 'name: description' on an indented line per parameter)"
+        )
+    elif missing:
+        problems.append(f"the docstring's Args: block has no description for {missing}")
+    return problems
+
+
+def _hint_problem(name: str, hint: object) -> str | None:
+    """Why the type hint of parameter ``name`` has no JSON schema, or ``None`` if it has one."""
+    rejected: list[type] = []
+
+    def spy(cls: type) -> JsonSchema | None:
+        schema = _model_schema(cls)
+        if schema is None:
+            rejected.append(cls)
+        return schema
+
+    try:
+        type_hint_schema(hint, fallback=spy)
+    except SchemaError as exc:
+        if rejected:
+            culprit = rejected[-1]
+            return (
+                f"the type hint of '{name}' holds {culprit.__module__}.{culprit.__qualname__}, which a tool schema"
+                f" cannot describe (use {_SUPPORTED_HINTS})"
+            )
+        return f"the type hint of '{name}' cannot be converted ({exc})"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Results and rounds
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolResult:
+    """One executed call: what the model asked for, the message that answers it, and what went wrong.
+
+    ``arguments`` are the parsed arguments (or the text the model sent, when it is not JSON).
+    ``error`` is ``None`` when the function ran and its result was written; otherwise it is the reason
+    the model was told, and ``exception`` is the exception the function raised, if it did.
+    """
+
+    name: str
+    arguments: Any
+    message: Message
+    error: str | None = None
+    exception: BaseException | None = None
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One round of :meth:`Toolbox.run`: the model's message and the results of the calls it made.
+
+    ``index`` counts from 0. ``messages`` are what the round appended to the transcript (the
+    assistant message, or several in the legacy style, then the results). ``final`` is true for the
+    last round.
+    """
+
+    index: int
+    assistant: Message
+    results: tuple[ToolResult, ...]
+    messages: tuple[Message, ...]
+    final: bool
+
+
+# --------------------------------------------------------------------------------------------------
+# The toolbox
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tool:
+    name: str
+    function: Callable[..., Any]
+    schema: JsonSchema  # the OpenAI tool dict
+    validator: Any  # a jsonschema validator for the arguments
+    hints: dict[str, Any]
+    signature: inspect.Signature | None
+    is_async: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """A tool call in any of the shapes models and clients give it, read once."""
+
+    id: str | None
+    name: str
+    arguments: Any  # a dict when the arguments parsed, else what arrived
+    problem: str | None  # why the arguments cannot be used, if they cannot
+
+
+class Toolbox:
+    """Python functions a model can call, with their schemas; runs calls and the calling loop.
+
+    ``functions`` are added as with :meth:`add`. ``timeout`` bounds each call in seconds (``None``
+    for no bound). Arguments are validated against the schema with jsonschema (the ``tools`` extra).
+    """
+
+    def __init__(self, functions: Iterable[Callable[..., Any]] = (), *, timeout: float | None = 30.0) -> None:
+        if timeout is not None and not timeout > 0:
+            raise InputError(f"timeout must be a positive number of seconds or None, not {timeout!r}.")
+        self.timeout = timeout
+        self._tools: dict[str, _Tool] = {}
+        for function in functions:
+            self.add(function)
+
+    def __repr__(self) -> str:
+        return f"Toolbox([{', '.join(self._tools)}])"
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    # --- building ---------------------------------------------------------------------------------
+
+    def add(
+        self, function: Callable[..., Any], *, name: str | None = None, schema: Mapping[str, Any] | None = None
+    ) -> None:
+        """Add ``function`` as a tool.
+
+        Its schema comes from :func:`tool_schema`, unless ``schema`` gives one: an OpenAI tool dict or
+        just its ``function`` part (``name``, ``description``, ``parameters``). ``name`` renames the tool.
+        """
+        if not callable(function):
+            raise InputError(f"A tool must be a function, not {type(function).__name__}.")
+        tool = _tool_dict(function, schema)
+        entry = tool["function"]
+        if name is not None:
+            entry["name"] = name
+        tool_name = entry["name"]
+        if not isinstance(tool_name, str) or not _NAME_RE.match(tool_name):
+            raise SchemaError(
+                f"The tool name {tool_name!r} is not one the OpenAI API accepts: use 1 to 64 letters, digits,"
+                " '_' or '-' (pass name= to rename it)."
+            )
+        if tool_name in self._tools:
+            raise SchemaError(f"This toolbox already has a tool named {tool_name!r}.")
+        try:
+            hints = typing.get_type_hints(function)
+        except Exception:  # hints only convert arguments: a function whose hints do not resolve still runs
+            hints = {}
+        try:
+            signature: inspect.Signature | None = inspect.signature(function)
+        except (TypeError, ValueError):
+            signature = None
+        self._tools[tool_name] = _Tool(
+            name=tool_name,
+            function=function,
+            schema=tool,
+            validator=_validator(tool_name, entry.get("parameters", {"type": "object", "properties": {}})),
+            hints=hints,
+            signature=signature,
+            is_async=_is_coroutine_function(function),
+        )
+
+    @overload
+    def tool(self, function: F, /) -> F: ...
+    @overload
+    def tool(self, *, name: str | None = None, schema: Mapping[str, Any] | None = None) -> Callable[[F], F]: ...
+
+    def tool(
+        self, function: F | None = None, *, name: str | None = None, schema: Mapping[str, Any] | None = None
+    ) -> F | Callable[[F], F]:
+        """A decorator that adds a function to this toolbox and returns it unchanged.
+
+        Use it bare (``@toolbox.tool``) or with :meth:`add`'s options (``@toolbox.tool(name="lookup")``).
+        """
+        if function is not None:
+            self.add(function)
+            return function
+
+        def decorate(function: F) -> F:
+            self.add(function, name=name, schema=schema)
+            return function
+
+        return decorate
+
+    # --- schemas ----------------------------------------------------------------------------------
+
+    @property
+    def tools(self) -> list[JsonSchema]:
+        """The OpenAI ``tools`` list: ``[{"type": "function", "function": {...}}, ...]``."""
+        return [json.loads(json.dumps(tool.schema)) for tool in self._tools.values()]
+
+    @property
+    def functions(self) -> list[JsonSchema]:
+        """The legacy ``functions`` list (Qwen-Agent's form): ``[{"name", "description", "parameters"}, ...]``."""
+        return [tool["function"] for tool in self.tools]
+
+    # --- calling ----------------------------------------------------------------------------------
+
+    def call(self, tool_call: Any, *, style: Style | None = None) -> Message:
+        """Run one tool call and return the result message for the model.
+
+        ``tool_call`` is an OpenAI ``tool_calls`` entry (a dict or an SDK object), a legacy
+        ``function_call`` (``{"name", "arguments"}``) or a decoded :class:`~chatcodec.ToolCall`;
+        arguments may be a JSON string or a dict. The result is ``{"role": "tool", "tool_call_id",
+        "content"}``, or ``{"role": "function", "name", "content"}`` in the legacy ``"functions"`` style,
+        which is the default for a legacy ``function_call``. Results that are not strings are written as
+        JSON. Anything that goes wrong is reported in the content, starting with ``Error:``.
+        """
+        return self.call_many([tool_call], style=style)[0].message
+
+    async def acall(self, tool_call: Any, *, style: Style | None = None) -> Message:
+        """:meth:`call` for async code."""
+        return (await self.acall_many([tool_call], style=style))[0].message
+
+    def call_many(self, tool_calls: Sequence[Any], *, style: Style | None = None) -> list[ToolResult]:
+        """Run several tool calls concurrently; the results come back in the order of the calls."""
+        return _run_sync(self.acall_many(tool_calls, style=style))
+
+    async def acall_many(self, tool_calls: Sequence[Any], *, style: Style | None = None) -> list[ToolResult]:
+        """:meth:`call_many` for async code."""
+        if isinstance(tool_calls, (str, bytes, Mapping)):
+            raise InputError(f"tool_calls must be a list of tool calls, not {type(tool_calls).__name__}.")
+        calls = [(_read_call(raw, index), style or _style_of(raw)) for index, raw in enumerate(tool_calls)]
+        return list(await asyncio.gather(*(self._execute(call, how) for call, how in calls)))
+
+    async def _execute(self, call: _Call, style: Style) -> ToolResult:
+        started = time.perf_counter()
+        exception: BaseException | None = None
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self._tools) or "none"
+            error: str | None = f"unknown function {call.name!r}; the functions are: {known}"
+        else:
+            error, kwargs = self._arguments(tool, call)
+        content = ""
+        if error is None and tool is not None:
+            try:
+                value = await self._invoke(tool, kwargs)
+            except asyncio.TimeoutError:
+                error = f"{tool.name} did not finish within {self.timeout:g} seconds"
+            except Exception as exc:  # the model is told; the caller finds it in the result
+                exception = exc
+                error = f"{tool.name} raised {type(exc).__name__}: {exc}"
+            else:
+                try:
+                    content = (
+                        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=_jsonable)
+                    )
+                except (TypeError, ValueError) as exc:
+                    exception = exc
+                    error = f"{tool.name} returned a {type(value).__name__}, which cannot be written as JSON ({exc})"
+        if error is not None:
+            content = f"Error: {error}."
+        return ToolResult(
+            name=call.name,
+            arguments=call.arguments,
+            message=_result_message(call, content, style),
+            error=error,
+            exception=exception,
+            seconds=time.perf_counter() - started,
+        )
+
+    def _arguments(self, tool: _Tool, call: _Call) -> tuple[str | None, dict[str, Any]]:
+        """The keyword arguments for the function, or why the call's arguments are not acceptable."""
+        prefix = f"invalid arguments for {tool.name}: "
+        if call.problem is not None:
+            return prefix + call.problem, {}
+        arguments: dict[str, Any] = call.arguments
+        errors = sorted(tool.validator.iter_errors(arguments), key=lambda e: (list(e.absolute_path), e.message))
+        if errors:
+            best = errors[0]
+            where = "".join(f"[{part!r}]" for part in best.absolute_path)
+            return prefix + (f"at {where}: " if where else "") + best.message, {}
+        if tool.signature is not None:
+            try:
+                tool.signature.bind(**arguments)
+            except TypeError as exc:
+                return prefix + str(exc), {}
+        try:
+            return None, {key: _convert(value, tool.hints.get(key, Any)) for key, value in arguments.items()}
+        except (TypeError, ValueError) as exc:  # an Enum or pydantic model refused the value
+            return prefix + _first_line(str(exc)), {}
+
+    async def _invoke(self, tool: _Tool, kwargs: dict[str, Any]) -> Any:
+        if tool.is_async:
+            return await asyncio.wait_for(tool.function(**kwargs), self.timeout)
+        return await asyncio.wait_for(_in_thread(tool.function, kwargs), self.timeout)
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    def run(
+        self,
+        client: Any,
+        messages: Sequence[Any],
+        *,
+        model: str,
+        max_rounds: int = 8,
+        style: Style = "tools",
+        tool_choice: Any = None,
+        reset_tool_choice: bool = True,
+        on_round: Callable[[Round], Any] | None = None,
+        **params: Any,
+    ) -> list[Message]:
+        """Ask the model, run the calls it makes, append the results; repeat until it answers.
+
+        ``client`` is an OpenAI-compatible client: anything with ``chat.completions.create(**request)``,
+        such as ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (an async client is driven on an event loop
+        of its own). ``messages`` start the conversation; the whole transcript is returned, ending with
+        the model's answer.
+
+        - ``style="tools"`` sends ``tools=[...]`` and answers with role ``"tool"`` messages;
+          ``style="functions"`` is Qwen-Agent's form: ``functions=[...]``, one ``function_call`` per
+          assistant message and role ``"function"`` results.
+        - ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``, a tool's name or
+          ``{"type": "function", "function": {"name": ...}}``) is sent in the first round. A forcing
+          choice (``"required"`` or a name) then returns to ``"auto"`` so that the loop can end, unless
+          ``reset_tool_choice=False``.
+        - At most ``max_rounds`` requests are made; the last one is sent with tool choice ``"none"``
+          (unless it is also a first round with a forcing choice), so that the model answers. Calls it
+          makes anyway are run, and the transcript then ends with their results.
+        - ``on_round`` is called with a :class:`Round` after each round.
+        - Other keyword arguments (``temperature``, ``max_tokens``, ``parallel_tool_calls``, ...) go
+          into every request.
+        """
+        if _is_coroutine_function(_create_method(client)):
+            return _run_sync(
+                self.arun(
+                    client,
+                    messages,
+                    model=model,
+                    max_rounds=max_rounds,
+                    style=style,
+                    tool_choice=tool_choice,
+                    reset_tool_choice=reset_tool_choice,
+                    on_round=on_round,
+                    **params,
+                )
+            )
+        loop = _Loop(self, messages, model, max_rounds, style, tool_choice, reset_tool_choice, params)
+        create = _create_method(client)
+        while (request := loop.next_request()) is not None:
+            results = self.call_many(loop.take_reply(create(**request)), style=style)
+            finished = loop.add_results(results)
+            if on_round is not None:
+                on_round(finished)
+        return loop.transcript
+
+    async def arun(
+        self,
+        client: Any,
+        messages: Sequence[Any],
+        *,
+        model: str,
+        max_rounds: int = 8,
+        style: Style = "tools",
+        tool_choice: Any = None,
+        reset_tool_choice: bool = True,
+        on_round: Callable[[Round], Any] | None = None,
+        **params: Any,
+    ) -> list[Message]:
+        """:meth:`run` for async code. A sync client's requests run on a worker thread; ``on_round`` may
+        be a coroutine function."""
+        loop = _Loop(self, messages, model, max_rounds, style, tool_choice, reset_tool_choice, params)
+        create = _create_method(client)
+        is_async = _is_coroutine_function(create)
+        while (request := loop.next_request()) is not None:
+            reply = await create(**request) if is_async else await asyncio.to_thread(create, **request)
+            results = await self.acall_many(loop.take_reply(reply), style=style)
+            finished = loop.add_results(results)
+            if on_round is not None:
+                outcome = on_round(finished)
+                if inspect.isawaitable(outcome):
+                    await outcome
+        return loop.transcript
+
+
+class _Loop:
+    """The state of one :meth:`Toolbox.run`: the transcript and which request comes next."""
+
+    def __init__(
+        self,
+        toolbox: Toolbox,
+        messages: Sequence[Any],
+        model: str,
+        max_rounds: int,
+        style: Style,
+        tool_choice: Any,
+        reset_tool_choice: bool,
+        params: dict[str, Any],
+    ) -> None:
+        if style not in ("tools", "functions"):
+            raise InputError(f"style must be 'tools' or 'functions', not {style!r}.")
+        if not isinstance(max_rounds, int) or max_rounds < 1:
+            raise InputError(f"max_rounds must be a positive integer, not {max_rounds!r}.")
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise InputError(f"messages must be a list of message dicts, not {type(messages).__name__}.")
+        if not toolbox._tools:
+            raise InputError("This toolbox has no tools; add functions before running the loop.")
+        for key in ("messages", "tools", "functions", "tool_choice", "function_call", "stream", "n"):
+            if key in params:
+                raise InputError(f"run() sets {key!r} itself; leave it out of the request parameters.")
+        self.toolbox = toolbox
+        self.transcript = [_plain_message(message, index) for index, message in enumerate(messages)]
+        self.model = model
+        self.max_rounds = max_rounds
+        self.style = style
+        self.first_choice = _tool_choice(tool_choice, toolbox)
+        self.reset = reset_tool_choice
+        self.params = params
+        self.round = 0
+        self.done = False
+        self._assistant: Message = {}
+        self._appended: list[Message] = []
+
+    def next_request(self) -> dict[str, Any] | None:
+        if self.done:
+            return None
+        choice = self.first_choice
+        if self.round > 0 and self.reset and _forcing(choice):
+            choice = "auto"
+        if self.round == self.max_rounds - 1 and not (self.round == 0 and _forcing(choice)):
+            choice = "none"
+        request: dict[str, Any] = {"model": self.model, "messages": self.transcript}
+        if self.style == "tools":
+            request["tools"] = self.toolbox.tools
+            if choice is not None:
+                request["tool_choice"] = choice
+        else:
+            request["functions"] = self.toolbox.functions
+            if choice is not None:
+                request["function_call"] = _legacy_choice(choice)
+        return {**request, **self.params}
+
+    def take_reply(self, reply: Any) -> list[Any]:
+        """Append the model's message(s) to the transcript; the calls to run."""
+        message = _reply_message(reply)
+        calls = _calls_of(message, self.round)
+        self._assistant = message
+        if self.style == "functions" and calls:
+            # Qwen-Agent's form: one assistant message per call, each with its function_call
+            base = {key: value for key, value in message.items() if key not in ("tool_calls", "function_call")}
+            appended = []
+            for index, call in enumerate(calls):
+                turn: Message = dict(base) if index == 0 else {"role": "assistant", "content": ""}
+                turn["function_call"] = {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}
+                appended.append(turn)
+        else:
+            if calls:
+                message["tool_calls"] = calls
+                message.pop("function_call", None)
+            appended = [message]
+        self.transcript.extend(appended)
+        self._appended = appended
+        return calls
+
+    def add_results(self, results: list[ToolResult]) -> Round:
+        self.transcript.extend(result.message for result in results)
+        self.round += 1
+        self.done = not results or self.round >= self.max_rounds
+        finished = Round(
+            index=self.round - 1,
+            assistant=self._assistant,
+            results=tuple(results),
+            messages=(*self._appended, *(result.message for result in results)),
+            final=self.done,
+        )
+        return finished
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading calls and replies
+
+
+def _tool_dict(function: Callable[..., Any], schema: Mapping[str, Any] | None) -> JsonSchema:
+    """The OpenAI tool dict for a function, from its signature or from a schema given by hand."""
+    if schema is None:
+        return tool_schema(function)
+    given = json.loads(json.dumps(schema))  # a plain copy; also rejects values JSON cannot hold
+    entry = given.get("function", given) if given.get("type") == "function" else given
+    if not isinstance(entry, dict) or not isinstance(entry.get("parameters", {}), dict):
+        raise SchemaError(
+            "A tool schema must be {'type': 'function', 'function': {'name', 'description', 'parameters'}}."
+        )
+    entry.setdefault("name", getattr(function, "__name__", None))
+    return {"type": "function", "function": entry}
+
+
+def _validator(name: str, parameters: JsonSchema) -> Any:
+    try:
+        import jsonschema
+    except ImportError:  # pragma: no cover - the tools extra installs it
+        raise ChatcodecError(
+            "Toolbox validates arguments with jsonschema; install it with: pip install 'chatcodec[tools]'"
+        ) from None
+    schema = _validation_schema(parameters)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise SchemaError(f"The parameters schema of {name} is not a valid JSON schema: {exc.message}") from None
+    return cls(schema)
+
+
+def _validation_schema(node: Any) -> Any:
+    """The schema with OpenAPI's ``nullable: true`` (which get_json_schema writes) as JSON Schema's null."""
+    if isinstance(node, list):
+        return [_validation_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    schema = {key: _validation_schema(value) for key, value in node.items()}
+    if schema.pop("nullable", None) is True:
+        kind = schema.get("type")
+        if isinstance(kind, str):
+            schema["type"] = [kind, "null"]
+        elif isinstance(kind, list) and "null" not in kind:
+            schema["type"] = [*kind, "null"]
+        if isinstance(schema.get("anyOf"), list):
+            schema["anyOf"] = [*schema["anyOf"], {"type": "null"}]
+        if isinstance(schema.get("enum"), list) and None not in schema["enum"]:
+            schema["enum"] = [*schema["enum"], None]
+    return schema
+
+
+def _as_mapping(value: Any) -> Mapping[str, Any] | None:
+    if isinstance(value, Mapping):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        dumped = dump()
+        return dumped if isinstance(dumped, Mapping) else None
+    return None
+
+
+def _style_of(raw: Any) -> Style:
+    """``"functions"`` for a legacy ``function_call`` (a name and arguments, no id), else ``"tools"``."""
+    mapping = _as_mapping(raw)
+    if mapping is not None and "function" not in mapping and "id" not in mapping and "name" in mapping:
+        return "functions"
+    return "tools"
+
+
+def _read_call(raw: Any, index: int) -> _Call:
+    mapping = _as_mapping(raw)
+    if mapping is None:
+        raise InputError(f"Tool call {index} is a {type(raw).__name__}, not a tool call dict.")
+    function = _as_mapping(mapping.get("function")) or mapping
+    name = function.get("name")
+    if not isinstance(name, str):
+        raise InputError(f"Tool call {index} has no function name: {_first_line(repr(dict(mapping)))[:200]}")
+    call_id = mapping.get("id")
+    call_id = call_id if isinstance(call_id, str) else None
+    arguments = function.get("arguments", {})
+    if mapping.get("error"):  # a decoded ToolCall the decoder could not read whole
+        return _Call(call_id, name, arguments, f"the call was malformed ({mapping['error']})")
+    if arguments is None or arguments == "":
+        arguments = {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            return _Call(call_id, name, function.get("arguments"), f"the arguments are not valid JSON ({exc})")
+    if not isinstance(arguments, dict):
+        return _Call(call_id, name, arguments, f"the arguments must be a JSON object, not {_json_type(arguments)}")
+    return _Call(call_id, name, arguments, None)
+
+
+def _result_message(call: _Call, content: str, style: Style) -> Message:
+    if style == "functions":
+        return {"role": "function", "name": call.name, "content": content}
+    message: Message = {"role": "tool"}
+    if call.id is not None:
+        message["tool_call_id"] = call.id
+    message["content"] = content
+    return message
+
+
+def _plain_message(message: Any, index: int) -> Message:
+    mapping = _as_mapping(message)
+    if mapping is None or not isinstance(mapping.get("role"), str):
+        raise InputError(f"Message {index} is not a chat message with a role: {_first_line(repr(message))[:200]}")
+    return dict(mapping)
+
+
+def _reply_message(reply: Any) -> Message:
+    """The assistant message of a chat completion (an SDK object or a dict), as a plain dict."""
+    mapping = _as_mapping(reply)
+    choices = mapping.get("choices") if mapping is not None else None
+    if not choices:
+        raise ChatcodecError(f"The model's reply has no choices: {_first_line(repr(reply))[:300]}")
+    first = _as_mapping(choices[0]) or {}
+    message = _as_mapping(first.get("message"))
+    if message is None:
+        raise ChatcodecError(f"The model's reply has no message: {_first_line(repr(reply))[:300]}")
+    plain = {
+        key: value for key, value in json.loads(json.dumps(dict(message), default=str)).items() if value is not None
+    }
+    plain["role"] = "assistant"
+    plain.setdefault("content", None)
+    return plain
+
+
+def _calls_of(message: Message, round_index: int) -> list[Message]:
+    """The message's calls as ``tool_calls`` entries with string arguments and an id each."""
+    raw_calls = list(message.get("tool_calls") or [])
+    if not raw_calls and message.get("function_call"):
+        raw_calls = [{"type": "function", "function": message["function_call"]}]
+    calls = []
+    for index, raw in enumerate(raw_calls):
+        function = dict(raw.get("function") or {})
+        arguments = function.get("arguments", "")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        call_id = raw.get("id") or f"call_{round_index}_{index}"
+        calls.append(
+            {"id": call_id, "type": "function", "function": {"name": function.get("name"), "arguments": arguments}}
+        )
+    return calls
+
+
+def _create_method(client: Any) -> Callable[..., Any]:
+    create = getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None)
+    if not callable(create):
+        raise InputError(
+            f"The client must be OpenAI-compatible, with chat.completions.create() (openai.OpenAI, say);"
+            f" got {type(client).__name__}."
+        )
+    return typing.cast("Callable[..., Any]", create)
+
+
+def _tool_choice(choice: Any, toolbox: Toolbox) -> Any:
+    """The first round's tool choice, checked; a bare tool name becomes the named form."""
+    if choice is None or choice in _TOOL_CHOICES:
+        return choice
+    if isinstance(choice, str):
+        if choice not in toolbox:
+            raise InputError(f"tool_choice {choice!r} is neither auto, none, required nor a tool of this toolbox.")
+        return {"type": "function", "function": {"name": choice}}
+    name = (choice.get("function") or {}).get("name") if isinstance(choice, Mapping) else None
+    if name not in toolbox:
+        raise InputError(f"tool_choice {choice!r} does not name a tool of this toolbox.")
+    return {"type": "function", "function": {"name": name}}
+
+
+def _forcing(choice: Any) -> bool:
+    return choice == "required" or isinstance(choice, Mapping)
+
+
+def _legacy_choice(choice: Any) -> Any:
+    """The legacy ``function_call`` for a tool choice: ``{"name": ...}`` for a named one."""
+    if isinstance(choice, Mapping):
+        return {"name": choice["function"]["name"]}
+    return choice
+
+
+# --------------------------------------------------------------------------------------------------
+# Arguments in, results out
+
+
+def _convert(value: Any, hint: Any) -> Any:
+    """A JSON argument as the parameter's type asks: Enum members, pydantic models, tuples."""
+    if value is None or hint is Any:
+        return value
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is None:
+        if isinstance(hint, type):
+            if issubclass(hint, enum.Enum) and not isinstance(value, hint):
+                return hint(value)
+            if _is_model(hint) and isinstance(value, dict):
+                return hint.model_validate(value)  # type: ignore[attr-defined]
+            if hint is tuple and isinstance(value, list):
+                return tuple(value)
+        return value
+    if origin is typing.Union or origin is type(int | str):
+        return _convert_union(value, [arg for arg in args if arg is not type(None)])
+    if origin is list and args and isinstance(value, list):
+        return [_convert(item, args[0]) for item in value]
+    if origin is tuple and isinstance(value, list):
+        if len(args) == len(value) and ... not in args:
+            return tuple(_convert(item, arg) for item, arg in zip(value, args, strict=True))
+        return tuple(value)
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
+        return {key: _convert(item, args[1]) for key, item in value.items()}
+    return value
+
+
+def _convert_union(value: Any, members: list[Any]) -> Any:
+    """The first member the value already is, else the first member that converts it."""
+    for member in members:
+        plain = isinstance(member, type) and not issubclass(member, enum.Enum) and not _is_model(member)
+        if plain and isinstance(value, member) and not (member is int and isinstance(value, bool)):
+            return value
+    for member in members:
+        try:
+            converted = _convert(value, member)
+        except (TypeError, ValueError):
+            continue
+        if converted is not value:
+            return converted
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    """``json.dumps``'s ``default``: pydantic models, dataclasses, enums, sets, dates."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), "null" if value is None else type(value).__name__)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().split("\n", 1)[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# Running sync and async code
+
+
+def _is_coroutine_function(function: Any) -> bool:
+    if inspect.iscoroutinefunction(function):
+        return True
+    call = getattr(function, "__call__", None)  # noqa: B004 - a callable object with an async __call__
+    return inspect.iscoroutinefunction(call)
+
+
+async def _in_thread(function: Callable[..., T], kwargs: dict[str, Any]) -> T:
+    """Run a sync function on a daemon thread of its own.
+
+    Not the loop's default executor: a timed-out call may never return, and neither the loop's
+    shutdown nor the interpreter's exit should wait for it.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def deliver(result: Any, error: BaseException | None) -> None:
+        if future.done():  # cancelled: the call timed out
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def work() -> None:
+        result, error = None, None
+        try:
+            result = context.run(function, **kwargs)
+        except BaseException as exc:  # handed to the waiting coroutine
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed while the call ran: nobody waits any more
+            loop.call_soon_threadsafe(deliver, result, error)
+
+    threading.Thread(target=work, name=f"chatcodec-tool-{getattr(function, '__name__', 'call')}", daemon=True).start()
+    return await future
+
+
+def _run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, also when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = asyncio.run(coroutine)
+        except BaseException as exc:  # re-raised in the calling thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, name="chatcodec-tools-loop")
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return typing.cast("T", outcome["value"])
