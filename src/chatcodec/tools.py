@@ -94,7 +94,7 @@ on an indented line per parameter).
     """
     try:
         return function_schema(func, fallback=_model_schema)
-    except SchemaError as exc:
+    except (SchemaError, NameError) as exc:  # NameError: a string annotation that does not resolve
         problems = _schema_problems(func)
         if not problems:
             raise
@@ -143,7 +143,7 @@ def _schema_problems(func: Callable[..., Any]) -> list[str]:
         params = list(inspect.signature(func).parameters.values())
         hints = typing.get_type_hints(func)
     except (TypeError, ValueError, NameError) as exc:
-        return [f"its signature or type hints cannot be read ({exc})"]
+        return [f"its type hints cannot be resolved ({exc}; a name in a string annotation must be importable)"]
     if params and params[0].name in ("self", "cls") and params[0].annotation is inspect.Parameter.empty:
         params = params[1:]
     names = [param.name for param in params]
@@ -175,25 +175,36 @@ def _schema_problems(func: Callable[..., Any]) -> list[str]:
 
 def _hint_problem(name: str, hint: object) -> str | None:
     """Why the type hint of parameter ``name`` has no JSON schema, or ``None`` if it has one."""
-    rejected: list[type] = []
-
-    def spy(cls: type) -> JsonSchema | None:
-        schema = _model_schema(cls)
-        if schema is None:
-            rejected.append(cls)
-        return schema
-
     try:
-        type_hint_schema(hint, fallback=spy)
+        type_hint_schema(hint, fallback=_model_schema)
     except SchemaError as exc:
-        if rejected:
-            culprit = rejected[-1]
-            return (
-                f"the type hint of '{name}' holds {culprit.__module__}.{culprit.__qualname__}, which a tool schema"
-                f" cannot describe (use {_SUPPORTED_HINTS})"
-            )
-        return f"the type hint of '{name}' cannot be converted ({exc})"
+        reason = re.sub(r"\s*\n\s*", " ", str(exc))  # one line, also for the Enum message's three
+        if not reason.startswith(("Couldn't", "(\"Couldn't")):  # a specific reason: tuple, Enum, Literal, model
+            return f"the type hint of '{name}' cannot be converted ({reason})"
+        return (
+            f"the type hint of '{name}' holds {_hint_name(_innermost_failure(hint))}, which a tool schema cannot"
+            f" describe (use {_SUPPORTED_HINTS})"
+        )
     return None
+
+
+def _innermost_failure(hint: Any) -> Any:
+    """The smallest part of a hint that cannot be converted (``set`` in ``list[set[int]] | None``)."""
+    if typing.get_origin(hint) is not typing.Literal:
+        for arg in typing.get_args(hint):
+            if arg is ... or arg is type(None):
+                continue
+            try:
+                type_hint_schema(arg, fallback=_model_schema)
+            except SchemaError:
+                return _innermost_failure(arg)
+    return hint
+
+
+def _hint_name(hint: Any) -> str:
+    if isinstance(hint, type):
+        return hint.__qualname__ if hint.__module__ == "builtins" else f"{hint.__module__}.{hint.__qualname__}"
+    return str(hint).replace("typing.", "")
 
 
 # --------------------------------------------------------------------------------------------------
