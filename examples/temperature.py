@@ -1,0 +1,76 @@
+"""The seed's function-calling example: two temperature tools, run against `chatcodec serve`.
+
+Start the server (the embedded model needs no arguments), then run this file:
+
+    chatcodec serve &
+    python examples/temperature.py                    # results as role "tool" (OpenAI tools=[...])
+    python examples/temperature.py --style functions  # Qwen-Agent's form: functions=[...], role "function"
+
+The same loop from the command line: `chatcodec tools run examples/temperature.py --url http://127.0.0.1:8000/v1`.
+The functions return fixed values, as in the Qwen3 function-calling guide this example comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+QUESTION = "What's the temperature in San Francisco now? How about tomorrow? Current Date: 2024-09-30."
+
+
+def get_current_temperature(location: str, unit: str = "celsius"):
+    """Get current temperature at a location.
+
+    Args:
+        location: The location to get the temperature for, in the format "City, State, Country".
+        unit: The unit to return the temperature in. Defaults to "celsius". (choices: ["celsius", "fahrenheit"])
+
+    Returns:
+        the temperature, the location, and the unit in a dict
+    """
+    return {"temperature": 26.1, "location": location, "unit": unit}
+
+
+def get_temperature_date(location: str, date: str, unit: str = "celsius"):
+    """Get temperature at a location and date.
+
+    Args:
+        location: The location to get the temperature for, in the format "City, State, Country".
+        date: The date to get the temperature for, in the format "Year-Month-Day".
+        unit: The unit to return the temperature in. Defaults to "celsius". (choices: ["celsius", "fahrenheit"])
+
+    Returns:
+        the temperature, the location, the date and the unit in a dict
+    """
+    return {"temperature": 25.9, "location": location, "date": date, "unit": unit}
+
+
+TOOLS = [get_current_temperature, get_temperature_date]
+
+
+def main() -> None:
+    import openai
+
+    from chatcodec import Toolbox
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000/v1", help="the server's OpenAI-compatible base URL")
+    parser.add_argument("--model", default="default", help="the model name to send")
+    parser.add_argument("--style", choices=["tools", "functions"], default="tools")
+    args = parser.parse_args()
+
+    client = openai.OpenAI(base_url=args.url, api_key="none")
+    toolbox = Toolbox(TOOLS)
+    transcript = toolbox.run(
+        client,
+        [{"role": "user", "content": QUESTION}],
+        model=args.model,
+        style=args.style,
+        tool_choice="required",
+        on_round=lambda r: print(f"round {r.index + 1}: {[(x.name, x.arguments) for x in r.results]}"),
+    )
+    print(json.dumps(transcript, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
