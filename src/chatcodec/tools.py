@@ -47,7 +47,7 @@ import re
 import threading
 import time
 import typing
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from .exceptions import ChatcodecError, InputError, SchemaError
@@ -457,9 +457,13 @@ class Toolbox:
             return prefix + _first_line(str(exc)), {}
 
     async def _invoke(self, tool: _Tool, kwargs: dict[str, Any]) -> Any:
-        if tool.is_async:
-            return await asyncio.wait_for(tool.function(**kwargs), self.timeout)
-        return await asyncio.wait_for(_in_thread(tool.function, kwargs), self.timeout)
+        async def invoke() -> Any:
+            value = await tool.function(**kwargs) if tool.is_async else await _in_thread(tool.function, kwargs)
+            while inspect.isawaitable(value):  # a sync wrapper around a coroutine function
+                value = await value
+            return value
+
+        return await asyncio.wait_for(invoke(), self.timeout)
 
     # --- the loop ---------------------------------------------------------------------------------
 
@@ -514,7 +518,10 @@ class Toolbox:
         loop = _Loop(self, messages, model, max_rounds, style, tool_choice, reset_tool_choice, params)
         create = _create_method(client)
         while (request := loop.next_request()) is not None:
-            results = self.call_many(loop.take_reply(create(**request)), style=style)
+            reply = create(**request)
+            if inspect.isawaitable(reply):  # an async client that did not look like one
+                reply = _run_sync(_awaited(reply))
+            results = self.call_many(loop.take_reply(reply), style=style)
             finished = loop.add_results(results)
             if on_round is not None:
                 on_round(finished)
@@ -539,7 +546,9 @@ class Toolbox:
         create = _create_method(client)
         is_async = _is_coroutine_function(create)
         while (request := loop.next_request()) is not None:
-            reply = await create(**request) if is_async else await asyncio.to_thread(create, **request)
+            reply = create(**request) if is_async else await asyncio.to_thread(create, **request)
+            if inspect.isawaitable(reply):
+                reply = await reply
             results = await self.acall_many(loop.take_reply(reply), style=style)
             finished = loop.add_results(results)
             if on_round is not None:
@@ -907,10 +916,12 @@ def _first_line(text: str) -> str:
 
 
 def _is_coroutine_function(function: Any) -> bool:
-    if inspect.iscoroutinefunction(function):
-        return True
-    call = getattr(function, "__call__", None)  # noqa: B004 - a callable object with an async __call__
-    return inspect.iscoroutinefunction(call)
+    """A coroutine function, also behind ``functools.wraps`` decorators or as an object's ``__call__``."""
+    candidates = [function, getattr(function, "__call__", None)]  # noqa: B004 - an object with an async __call__
+    for candidate in candidates:
+        if candidate is not None and inspect.iscoroutinefunction(inspect.unwrap(candidate)):
+            return True
+    return False
 
 
 async def _in_thread(function: Callable[..., T], kwargs: dict[str, Any]) -> T:
@@ -942,6 +953,10 @@ async def _in_thread(function: Callable[..., T], kwargs: dict[str, Any]) -> T:
 
     threading.Thread(target=work, name=f"chatcodec-tool-{getattr(function, '__name__', 'call')}", daemon=True).start()
     return await future
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 def _run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
