@@ -147,7 +147,13 @@ def _schema_problems(func: Callable[..., Any]) -> list[str]:
     if params and params[0].name in ("self", "cls") and params[0].annotation is inspect.Parameter.empty:
         params = params[1:]
     names = [param.name for param in params]
-    problems += [f"parameter '{param.name}' has no type hint" for param in params if param.name not in hints]
+    unhinted = [repr(name) for name in names if name not in hints]
+    if unhinted:
+        problems.append(
+            f"parameter {unhinted[0]} has no type hint"
+            if len(unhinted) == 1
+            else f"parameters {', '.join(unhinted)} have no type hints"
+        )
     for name in names:
         if name in hints:
             problem = _hint_problem(name, hints[name])

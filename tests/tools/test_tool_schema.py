@@ -820,8 +820,9 @@ def check_against_transformers(fn: Any) -> None:
         if isinstance(theirs, HF_ERRORS):
             name = getattr(fn, "__name__", "operation")
             assert message.startswith(f"Cannot make a tool schema for {name}: ") or message == str(theirs)
-            for missing in missing_hints(fn):
-                assert f"parameter '{missing}' has no type hint" in message
+            missing = ", ".join(repr(name) for name in missing_hints(fn))
+            if missing:
+                assert f"{missing} {'has no type hint' if ',' not in missing else 'have no type hints'}" in message
             if not inspect.getdoc(fn):
                 assert "it has no docstring" in message
     else:

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokenize": ("chatcodec.cli.tokenize", "encode messages into token ids, with the assistant mask"),
     "decode": ("chatcodec.cli.decode", "decode a completion into content, reasoning and tool calls"),
     "templates": ("chatcodec.cli.templates", "list the built-in templates, or print one"),
+    "tools": ("chatcodec.cli.tools", "tool schemas from Python functions, and the function-calling loop"),
 }
 
 

@@ -1,0 +1,302 @@
+"""``chatcodec tools``: tool schemas from Python functions, and the function-calling loop.
+
+chatcodec tools schema examples/temperature.py:get_current_temperature
+chatcodec tools run examples/temperature.py --url http://127.0.0.1:8000/v1 --prompt "How warm is it in Paris?"
+
+Functions are named as ``FILE.py:NAME[,NAME...]`` or ``package.module:NAME``; a file or module alone
+means the functions listed in its ``TOOLS``, or else every public function it defines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import re
+import sys
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import IO, Any
+
+from ..exceptions import ChatcodecError, InputError
+from ..tools import Round, Toolbox, tool_schema
+from . import common
+
+__all__ = ["configure", "load_functions", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Tool schemas from Python functions, and the function-calling loop against a model."
+    actions = parser.add_subparsers(
+        title="actions", metavar="ACTION", dest="action", parser_class=common.ArgumentParser
+    )
+
+    schema = actions.add_parser("schema", help="print the OpenAI tool schema of Python functions")
+    schema.description = (
+        "Print the tool schema of each function, as transformers' get_json_schema builds it (pydantic models as"
+        " parameter types become their JSON schema): one tool dict for one function, else a list."
+    )
+    schema.add_argument("functions", metavar="FUNCTIONS", help="FILE.py[:NAME,...] or package.module[:NAME,...]")
+    schema.add_argument(
+        "--legacy", action="store_true", help="print the legacy 'functions' form (name, description, parameters)"
+    )
+
+    loop = actions.add_parser("run", help="run the function-calling loop against a server")
+    loop.description = (
+        "Ask a model, run the tool calls it makes with the given functions, feed the results back, until it"
+        " answers; print the transcript. The model is an OpenAI-compatible server (--url)."
+    )
+    loop.add_argument("functions", metavar="FUNCTIONS", help="FILE.py[:NAME,...] or package.module[:NAME,...]")
+    loop.add_argument(
+        "file",
+        nargs="?",
+        metavar="FILE",
+        help="JSON file with a list of messages or a request body with 'messages'; - for stdin (or use --prompt)",
+    )
+    loop.add_argument("--prompt", "-p", metavar="TEXT", help="the user's message, instead of FILE")
+    loop.add_argument(
+        "--url", metavar="URL", help="the server's OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)"
+    )
+    loop.add_argument(
+        "--model", "-m", metavar="NAME", help="the model name to send (default: the server's first model)"
+    )
+    loop.add_argument("--api-key", metavar="KEY", help="the API key (default: $OPENAI_API_KEY, else none)")
+    loop.add_argument(
+        "--style", choices=["tools", "functions"], default="tools", help="tools=[...] or Qwen-Agent's functions=[...]"
+    )
+    loop.add_argument(
+        "--tool-choice", metavar="CHOICE", help="auto, none, required or a function's name (first round only)"
+    )
+    loop.add_argument(
+        "--keep-tool-choice", action="store_true", help="send --tool-choice in every round, not only the first"
+    )
+    loop.add_argument("--max-rounds", type=int, default=8, metavar="N", help="at most N requests (default: 8)")
+    loop.add_argument("--call-timeout", type=float, default=30.0, metavar="SECONDS", help="per tool call (default: 30)")
+    loop.add_argument("--max-tokens", type=int, metavar="N", help="max_tokens of each request")
+    loop.add_argument("--temperature", type=float, metavar="T", help="temperature of each request")
+    loop.add_argument("--seed", type=int, metavar="N", help="seed of each request")
+    common.add_output_options(
+        loop,
+        json_help="print the whole transcript as JSON (the default)",
+        show_help="print the conversation for a person to read",
+    )
+
+
+def run(args: argparse.Namespace, stdout: IO[str] | None = None) -> int:
+    out = stdout or sys.stdout
+    if args.action == "schema":
+        functions = load_functions(args.functions)
+        schemas = [tool_schema(function) for function in functions]
+        value: Any = [schema["function"] for schema in schemas] if args.legacy else schemas
+        if len(functions) == 1 and ":" in args.functions:
+            value = value[0]
+        out.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+        return 0
+    if args.action == "run":
+        return _run_loop(args, out)
+    raise InputError("Say what to do: chatcodec tools schema ... or chatcodec tools run ... (see --help)")
+
+
+# --- the loop ------------------------------------------------------------------------------------------
+
+
+def _run_loop(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.max_rounds < 1:
+        raise InputError(f"--max-rounds must be at least 1, not {args.max_rounds}")
+    if args.call_timeout <= 0:
+        raise InputError(f"--call-timeout must be a positive number of seconds, not {args.call_timeout}")
+    messages = _messages(args)
+    toolbox = Toolbox(load_functions(args.functions), timeout=args.call_timeout)
+    if args.url is None:
+        raise InputError("Say which model to ask: --url URL of an OpenAI-compatible server (chatcodec serve, say)")
+    client, model = _server(args)
+    params = {
+        key: value
+        for key, value in (("max_tokens", args.max_tokens), ("temperature", args.temperature), ("seed", args.seed))
+        if value is not None
+    }
+    common.flush_notes()
+    transcript = toolbox.run(
+        client,
+        messages,
+        model=model,
+        max_rounds=args.max_rounds,
+        style=args.style,
+        tool_choice=args.tool_choice,
+        reset_tool_choice=not args.keep_tool_choice,
+        on_round=_progress,
+        **params,
+    )
+    if args.show:
+        out.write(show_transcript(transcript) + "\n")
+    else:
+        out.write(json.dumps(transcript, ensure_ascii=False, indent=2) + "\n")
+    return 0
+
+
+def _messages(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.prompt is not None and args.file is not None:
+        raise InputError("Give the conversation as FILE or as --prompt TEXT, not both")
+    if args.prompt is not None:
+        return [{"role": "user", "content": args.prompt}]
+    return common.read_request(args.file or "-").messages
+
+
+def _server(args: argparse.Namespace) -> tuple[Any, str]:
+    """An openai client for ``--url`` whose errors become one line, and the model name to send."""
+    import openai
+
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "none"
+    client = _GuardedClient(openai.OpenAI(base_url=args.url, api_key=api_key, max_retries=0), args.url)
+    if args.model:
+        return client, str(args.model)
+    models = client.call(lambda c: c.models.list())
+    names = [model.id for model in models.data]
+    if not names:
+        raise ChatcodecError(f"The server at {args.url} lists no models; name one with --model")
+    common.note(f"asking model {names[0]!r}, the first the server lists (choose with --model)")
+    return client, names[0]
+
+
+class _GuardedClient:
+    """An openai client whose connection and status errors are ChatcodecErrors that name the server."""
+
+    def __init__(self, client: Any, url: str) -> None:
+        self._client = client
+        self._url = url
+        self.chat = self
+        self.completions = self
+
+    def create(self, **request: Any) -> Any:
+        return self.call(lambda c: c.chat.completions.create(**request))
+
+    def call(self, action: Callable[[Any], Any]) -> Any:
+        import openai
+
+        try:
+            return action(self._client)
+        except openai.APIConnectionError as exc:
+            raise ChatcodecError(f"Cannot reach the server at {self._url}: {exc.__cause__ or exc}") from None
+        except openai.APIStatusError as exc:
+            raise ChatcodecError(f"The server at {self._url} answered {exc.status_code}: {_error_text(exc)}") from None
+
+
+def _error_text(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        detail = body.get("error", body)
+        if isinstance(detail, dict) and isinstance(detail.get("message"), str):
+            return str(detail["message"])
+    return str(getattr(exc, "message", exc))
+
+
+def _progress(finished: Round) -> None:
+    """One line per round on stderr: the calls and how they went."""
+    if not finished.results:
+        print(f"chatcodec: round {finished.index + 1}: the model answered", file=sys.stderr)
+        return
+    calls = ", ".join(
+        f"{r.name}({_short(r.arguments)})" + (f" -> {r.error}" if r.error else "") for r in finished.results
+    )
+    print(f"chatcodec: round {finished.index + 1}: {calls}", file=sys.stderr)
+
+
+def _short(arguments: Any, limit: int = 80) -> str:
+    text = json.dumps(arguments, ensure_ascii=False) if not isinstance(arguments, str) else arguments
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def show_transcript(transcript: list[dict[str, Any]]) -> str:
+    """The conversation for a person: one block per message, calls and results marked."""
+    blocks = []
+    for message in transcript:
+        role = message.get("role", "?")
+        lines = []
+        if message.get("reasoning_content"):
+            lines.append(f"[{role} reasoning] {message['reasoning_content']}")
+        if message.get("content"):
+            who = f"{role} {message['name']}" if role == "function" else role
+            lines.append(f"[{who}] {message['content']}")
+        for call in message.get("tool_calls") or []:
+            lines.append(f"[{role} calls] {call['function']['name']}({call['function']['arguments']})")
+        if message.get("function_call"):
+            call = message["function_call"]
+            lines.append(f"[{role} calls] {call['name']}({call['arguments']})")
+        blocks.append("\n".join(lines) or f"[{role}]")
+    return "\n".join(blocks)
+
+
+# --- finding the functions -------------------------------------------------------------------------------
+
+
+def load_functions(spec: str) -> list[Callable[..., Any]]:
+    """The functions ``FILE.py[:NAME,...]`` or ``package.module[:NAME,...]`` names, in that order."""
+    where, _, names = spec.partition(":") if not _is_windows_drive(spec) else (spec, "", "")
+    if not where:
+        raise InputError(f"{spec!r} names no file or module: use FILE.py:NAME or package.module:NAME")
+    module = _load_module(where)
+    if names:
+        wanted = [name.strip() for name in names.split(",") if name.strip()]
+        if not wanted:
+            raise InputError(f"{spec!r} names no function after the colon")
+        return [_function(module, where, name) for name in wanted]
+    listed = getattr(module, "TOOLS", None)
+    if listed is not None:
+        if not isinstance(listed, (list, tuple)) or not all(callable(f) for f in listed):
+            raise InputError(f"TOOLS in {where} must be a list of functions")
+        return list(listed)
+    found: list[Callable[..., Any]] = [
+        value
+        for name, value in vars(module).items()
+        if inspect.isfunction(value) and not name.startswith("_") and value.__module__ == module.__name__
+    ]
+    if not found:
+        raise InputError(f"{where} defines no public function (name some with {where}:NAME)")
+    return found
+
+
+def _is_windows_drive(spec: str) -> bool:
+    return len(spec) > 2 and spec[1] == ":" and spec[0].isalpha() and spec[2] in "\\/" and spec.count(":") == 1
+
+
+def _load_module(where: str) -> ModuleType:
+    path = Path(where)
+    if where.endswith(".py") or path.exists():
+        if not path.is_file():
+            raise InputError(f"Python file {where} does not exist")
+        name = "_chatcodec_tools_" + re.sub(r"\W", "_", path.stem)
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise InputError(f"{where} cannot be loaded as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses and pydantic look their module up while the file runs
+        sys.path.insert(0, str(path.resolve().parent))  # so that the file can import its neighbours
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(name, None)
+            raise ChatcodecError(f"Running {where} failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            sys.path.remove(str(path.resolve().parent))
+        return module
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as exc:
+        raise InputError(f"No Python file or module {where!r} ({exc})") from None
+    except Exception as exc:
+        raise ChatcodecError(f"Importing {where} failed: {type(exc).__name__}: {exc}") from None
+
+
+def _function(module: ModuleType, where: str, name: str) -> Callable[..., Any]:
+    value = getattr(module, name, None)
+    if value is None:
+        public = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_"))
+        raise InputError(f"{where} has no function {name!r} (its functions: {', '.join(public) or 'none'})")
+    if not callable(value):
+        raise InputError(f"{name} in {where} is a {type(value).__name__}, not a function")
+    return typing.cast("Callable[..., Any]", value)
