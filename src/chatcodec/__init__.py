@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .capabilities import Capabilities as Capabilities
 from .decoders import AssistantMessage as AssistantMessage
 from .decoders import Decoder as Decoder
 from .decoders import DecodeStream as DecodeStream
@@ -59,6 +60,7 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "AssistantMessage",
+    "Capabilities",
     "ChatTemplate",
     "ChatcodecError",
     "Codec",

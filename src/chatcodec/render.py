@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from . import sandbox
+from .capabilities import Capabilities, probe
 from .exceptions import InputError, TemplateNotFoundError
 from .limits import DEFAULT_LIMITS, Budget, Limits
 
@@ -66,6 +67,7 @@ class ChatTemplate:
         self._only_default = list(self._sources) == ["default"]
         self.limits = limits or DEFAULT_LIMITS
         self._compiled: dict[str, sandbox.Compiled] = {}
+        self._capabilities: Capabilities | None = None
         if "default" in self._sources:
             self._compile("default")  # report syntax errors now, not at the first render
 
@@ -78,6 +80,17 @@ class ChatTemplate:
     def sources(self) -> dict[str, str]:
         """Every named template: ``{"default": ..., "tool_use": ..., ...}``."""
         return dict(self._sources)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this template supports, found by probe renders once and then kept (:mod:`chatcodec.capabilities`).
+
+        >>> ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}").capabilities.system
+        True
+        """
+        if self._capabilities is None:
+            self._capabilities = probe(self)
+        return self._capabilities
 
     def __repr__(self) -> str:
         names = "" if self._only_default else f", templates={sorted(self._sources)}"
