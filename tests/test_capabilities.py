@@ -240,6 +240,19 @@ def test_requires_alternation(name: str) -> None:
     assert caps(name).requires_alternation == expected
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_requires_short_call_ids(name: str) -> None:
+    """The goldens with OpenAI ids fail where the same conversation with nine-character ids renders."""
+    short = golden(name, "tools_roundtrip_short_ids", add_generation_prompt=True)
+    long = golden(name, "tools_roundtrip", add_generation_prompt=True)
+    if short is None:  # no golden shows the short form: ask transformers with string arguments
+        short = reference(name, string_argument_calls(), tools=tools_of("tools_roundtrip"), add_generation_prompt=True)
+        messages = string_argument_calls(("call_924d705adb044ff88e0e", "call_7e30313081944b11b6e5"))
+        long = reference(name, messages, tools=tools_of("tools_roundtrip"), add_generation_prompt=True)
+    expected = short is not None and short.count(FIRST) > defined_count(name, FIRST) and long is None
+    assert caps(name).requires_short_call_ids == expected
+
+
 def call_turns(arguments: Any, content: str | None) -> list[dict[str, Any]]:
     call = {"id": "u1V2w3X4y", "type": "function", "function": {"name": FIRST, "arguments": arguments}}
     assistant: dict[str, Any] = {"role": "assistant", "tool_calls": [call]}
@@ -258,13 +271,10 @@ def shows_arguments(name: str, as_string: bool, content: str | None = "") -> boo
     if as_string:
         arguments = json.dumps(arguments)
     text = reference(name, call_turns(arguments, content), tools=tools_of("tools_query"), add_generation_prompt=True)
-    return (
-        text is not None
-        and text.count(FIRST) > defined_count(name, FIRST)
-        and "Lyon, France" in text
-        and '\\"location' not in text
-        and "'location'" not in text
-    )
+    if text is None or text.count(FIRST) <= defined_count(name, FIRST):
+        return False
+    turns = text[text.rfind("How warm is it in Lyon?") :]  # the definitions may print schemas as Python values
+    return "Lyon, France" in turns and '\\"location' not in turns and "'location'" not in turns
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -280,8 +290,9 @@ def test_requires_object_arguments(name: str) -> None:
 def test_requires_string_arguments(name: str) -> None:
     expected = shows_arguments(name, as_string=True) and not shows_arguments(name, as_string=False)
     assert caps(name).requires_string_arguments == expected
-    if expected:  # the goldens agree: dict arguments fail
-        assert golden(name, "tools_roundtrip", add_generation_prompt=True) is None
+    if expected:  # the goldens agree: dict arguments fail, or print as a Python dict
+        text = golden(name, "tools_roundtrip", add_generation_prompt=True)
+        assert text is None or "{'location': 'San Francisco, CA, USA'" in text
 
 
 @pytest.mark.parametrize("name", NAMES)

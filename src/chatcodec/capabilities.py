@@ -76,6 +76,7 @@ _ARG_KEY = "probe_key"
 _ARG_VALUE = "probe value 3d7e"
 _CALL_ID = "q7w8e9r0t"  # nine alphanumerics: Mistral templates reject anything else
 _CALL_ID_2 = "z1x2c3v4b"
+_LONG_CALL_ID = "call_probe0long0id0for0openai"
 _DATE_STRING = "probe date 4a9e"
 _CLOCKS = (datetime(2026, 1, 2, 3, 4, 5), datetime(2031, 7, 8, 9, 10, 11))
 
@@ -140,7 +141,9 @@ class Capabilities:
       as a Python dict);
     - ``requires_non_null_content``: an assistant tool-call turn without content (``content: null``,
       which the OpenAI SDK sends and which is dropped before rendering) fails where ``""`` renders;
-    - ``requires_alternation``: two user messages in a row are rejected (or one of them lost).
+    - ``requires_alternation``: two user messages in a row are rejected (or one of them lost);
+    - ``requires_short_call_ids``: call ids must be nine letters and digits (Mistral): an OpenAI id
+      (``call_...``) is rejected where a nine-character one renders.
 
     Also:
 
@@ -176,6 +179,7 @@ class Capabilities:
     requires_string_arguments: bool
     requires_non_null_content: bool
     requires_alternation: bool
+    requires_short_call_ids: bool
     think_state: ThinkState
     think_state_enabled: ThinkState
     think_state_disabled: ThinkState
@@ -279,8 +283,13 @@ class _Prober:
 
 
 def _faithful_arguments(text: str) -> bool:
-    """The probe argument came out as written: neither escaped JSON nor a Python dict."""
-    return _ARG_VALUE in text and '\\"' + _ARG_KEY not in text and f"'{_ARG_KEY}'" not in text
+    """The probe argument came out as written: neither escaped JSON nor a Python dict.
+
+    Only the conversation is read, after the user's message: tool definitions may print schemas as
+    Python values (``['probe_key']``).
+    """
+    turns = text[text.rfind(_USER) :]
+    return _ARG_VALUE in turns and '\\"' + _ARG_KEY not in turns and f"'{_ARG_KEY}'" not in turns
 
 
 def probe(template: ChatTemplate) -> Capabilities:
@@ -311,6 +320,7 @@ def probe(template: ChatTemplate) -> Capabilities:
         requires_string_arguments=calls.string_arguments and not calls.object_arguments,
         requires_non_null_content=calls.tool_calls and calls.with_content("") and not calls.with_content(None),
         requires_alternation=_requires_alternation(p),
+        requires_short_call_ids=calls.short_ids(),
         think_state=plain,
         think_state_enabled=enabled,
         think_state_disabled=disabled,
@@ -360,20 +370,32 @@ class _CallProbes:
     def render(self, string: bool, content: str | None, last: bool, calls: int) -> str | ChatcodecError:
         key = (string, content, calls, last)
         if key not in self._renders:
-            arguments: Any = {_ARG_KEY: _ARG_VALUE}
-            if string:
-                arguments = json.dumps(arguments)
-            pairs = [(_TOOL, _CALL_ID, _RESULT), (_TOOL_2, _CALL_ID_2, _RESULT_2)][:calls]
-            turn = {
-                "role": "assistant",
-                "content": content,
-                "tool_calls": [_call(n, i, arguments) for n, i, _ in pairs],
-            }
-            messages = [_user(), turn]
-            if not last:
-                messages += [{"role": "tool", "content": r, "tool_call_id": i} for _, i, r in pairs]
-            self._renders[key] = self.p.attempt(messages, tools=_TOOLS, add_generation_prompt=not last)
+            self._renders[key] = self._call_render(string, content, last, calls, (_CALL_ID, _CALL_ID_2))
         return self._renders[key]
+
+    def _call_render(
+        self, string: bool, content: str | None, last: bool, calls: int, ids: tuple[str, str]
+    ) -> str | ChatcodecError:
+        arguments: Any = {_ARG_KEY: _ARG_VALUE}
+        if string:
+            arguments = json.dumps(arguments)
+        pairs = list(zip((_TOOL, _TOOL_2), ids, (_RESULT, _RESULT_2), strict=True))[:calls]
+        turn = {"role": "assistant", "content": content, "tool_calls": [_call(n, i, arguments) for n, i, _ in pairs]}
+        messages = [_user(), turn]
+        if not last:
+            messages += [{"role": "tool", "content": r, "tool_call_id": i} for _, i, r in pairs]
+        return self.p.attempt(messages, tools=_TOOLS, add_generation_prompt=not last)
+
+    def short_ids(self) -> bool:
+        """A call history that renders with nine-character ids is rejected with OpenAI's long ids."""
+        for (string, content, calls, last), text in list(self._renders.items()):
+            if calls == 1 and not last and isinstance(text, str) and self._shows(text):
+                found = self._call_render(string, content, last, calls, (_LONG_CALL_ID, _LONG_CALL_ID + "2"))
+                if isinstance(found, ChatcodecError):
+                    self.p.errors["requires_short_call_ids"] = found.message
+                    return True
+                return False
+        return False
 
     def _attempt(self, string: bool, content: str | None, last: bool, calls: int) -> Callable[[], str | ChatcodecError]:
         return lambda: self.render(string, content, last, calls)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from . import sandbox
+from . import polyfills, sandbox
 from .capabilities import Capabilities, probe
 from .exceptions import InputError, TemplateNotFoundError
 from .limits import DEFAULT_LIMITS, Budget, Limits
@@ -106,6 +106,7 @@ class ChatTemplate:
         continue_final_message: bool | str = False,
         now: datetime | None = None,
         chat_template: str | None = None,
+        polyfill: polyfills.Polyfill = False,
         **template_kwargs: Any,
     ) -> str:
         """Render ``messages`` into the prompt text.
@@ -113,13 +114,41 @@ class ChatTemplate:
         ``continue_final_message`` leaves the last message open for the model to continue (``True``
         continues its ``content``; a field name such as ``"reasoning_content"`` continues that field).
         ``now`` pins what ``strftime_now`` reads (local time by default). ``chat_template`` picks a named
-        template. Other keyword arguments (``enable_thinking=False``, ...) become template variables.
+        template. ``polyfill`` rewrites the conversation into forms the template supports: ``"auto"``
+        applies what it lacks, a set of names those rewrites (:mod:`chatcodec.polyfills`); the default
+        renders exactly. Other keyword arguments (``enable_thinking=False``, ...) become template variables.
         """
-        text, _ = self._render(
+        text, _, _ = self._render(
             messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
-            template_kwargs, track_generation=False,
+            template_kwargs, track_generation=False, polyfill=polyfill,
         )  # fmt: skip
         return text
+
+    def render_with_report(
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        now: datetime | None = None,
+        chat_template: str | None = None,
+        polyfill: polyfills.Polyfill = "auto",
+        **template_kwargs: Any,
+    ) -> tuple[str, tuple[str, ...]]:
+        """Like :meth:`render` (polyfilling by default), and the names of the rewrites that changed the
+        conversation, in the order they ran.
+
+        >>> chat = ChatTemplate("{% for m in messages %}[{{ m.role }}] {{ m.content }}\\n{% endfor %}")
+        >>> chat.render_with_report([{"role": "user", "content": [{"type": "text", "text": "Hi"}]}])
+        ('[user] Hi\\n', ('content_parts_to_text',))
+        """
+        text, _, applied = self._render(
+            messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
+            template_kwargs, track_generation=False, polyfill=polyfill,
+        )  # fmt: skip
+        return text, applied
 
     def render_spans(
         self,
@@ -130,16 +159,18 @@ class ChatTemplate:
         add_generation_prompt: bool = False,
         now: datetime | None = None,
         chat_template: str | None = None,
+        polyfill: polyfills.Polyfill = False,
         **template_kwargs: Any,
     ) -> tuple[str, list[tuple[int, int]]]:
         """Render, and return the character spans of every ``{% generation %}`` block.
 
         The spans are transformers' ``return_assistant_tokens_mask`` spans, computed the same way (§2.8).
         """
-        return self._render(
+        text, spans, _ = self._render(
             messages, tools, documents, add_generation_prompt, False, now, chat_template, template_kwargs,
-            track_generation=True,
+            track_generation=True, polyfill=polyfill,
         )  # fmt: skip
+        return text, spans
 
     # --- internals ------------------------------------------------------------------------------------
 
@@ -184,7 +215,9 @@ class ChatTemplate:
         template_kwargs: dict[str, Any],
         *,
         track_generation: bool,
-    ) -> tuple[str, list[tuple[int, int]]]:
+        polyfill: polyfills.Polyfill = False,
+    ) -> tuple[str, list[tuple[int, int]], tuple[str, ...]]:
+        names = polyfills.select(polyfill, lambda: self.capabilities)
         key = "default" if chat_template is None and self._only_default else self._select(chat_template, tools)
         compiled = self._compile(key)
 
@@ -200,7 +233,7 @@ class ChatTemplate:
             raise InputError(f"now must be a datetime (it pins strftime_now), not {type(now).__name__}.")
         try:
             chat = _normalize_messages(messages)
-            variables = (
+            variables: dict[str, Any] = (
                 {**self.special_tokens, **plain(template_kwargs)} if template_kwargs else dict(self.special_tokens)
             )
             variables["tools"] = None if tools is None else _tool_schemas(tools)
@@ -210,6 +243,14 @@ class ChatTemplate:
                 "The messages, tools, documents or template variables nest too deeply or refer to themselves;"
                 " pass plain JSON-like data."
             ) from None
+        applied: tuple[str, ...] = ()
+        if names:
+            chat, variables["tools"], variables["documents"], applied = polyfills.apply(
+                names, chat, variables["tools"], variables["documents"]
+            )
+            if tools is not None and variables["tools"] is None and chat_template is None and not self._only_default:
+                key = self._select(None, None)  # the tools went into the text: the template without tools
+                compiled = self._compile(key)
         variables["messages"] = chat
         variables["add_generation_prompt"] = add_generation_prompt
 
@@ -220,7 +261,7 @@ class ChatTemplate:
         text = sandbox.run(compiled, variables, name=self._label(key), budget=budget)
         if continued is not None:
             text = _cut_at_tag(text, continued)
-        return text, budget.spans or []
+        return text, budget.spans or [], applied
 
 
 # --- preprocessing: what the template sees ---------------------------------------------------------

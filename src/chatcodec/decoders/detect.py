@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..exceptions import ChatcodecError
+from ..polyfills import Polyfill, select
 from .registry import Decoder, decoder, formats, get_format
 
 if TYPE_CHECKING:
@@ -275,13 +276,16 @@ def decoder_for(
     *,
     prompt: str | None = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
+    polyfill: Polyfill = False,
     **options: Any,
 ) -> Decoder:
     """The decoder for output generated from ``template``'s prompts.
 
-    The format comes from :func:`detect_format`. Unless ``thinking_forced_open`` is given, the
-    reasoning start state comes from ``prompt`` (the exact prompt, when you have it) or from the
-    template's generation prompt rendered with ``chat_template_kwargs`` (and ``enable_thinking``).
+    The format comes from :func:`detect_format`; for prompts rendered with a ``polyfill`` that put
+    the tools into the system text (``tools_in_system``), it is ``generic``, which those instructions
+    ask for. Unless ``thinking_forced_open`` is given, the reasoning start state comes from ``prompt``
+    (the exact prompt, when you have it) or from the template's generation prompt rendered with
+    ``chat_template_kwargs`` (and ``enable_thinking``).
     Other options are :func:`~chatcodec.decoders.decoder`'s.
 
     >>> from chatcodec import load_template
@@ -290,6 +294,8 @@ def decoder_for(
     'f'
     """
     name = detect_format(template)
+    if polyfill and "tools_in_system" in select(polyfill, lambda: template.capabilities):
+        name = "generic"
     if options.get("thinking_forced_open") is None:
         state = template_think_state(template, name, options.get("enable_thinking"), chat_template_kwargs, prompt)
         if state is not None:
