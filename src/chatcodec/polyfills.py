@@ -53,15 +53,14 @@ The rewrites, in the order they run (:data:`POLYFILLS` holds the same text):
     Consecutive user (or assistant) messages merge into one, their texts joined by a blank line and
     their calls kept. "auto": with ``requires_alternation``.
 
->>> from chatcodec import load_template
->>> gemma = load_template("gemma")
->>> text, applied = gemma.render_with_report(
-...     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
-...     add_generation_prompt=True, polyfill="auto")
->>> applied
-('system_to_user',)
->>> text
-'<bos><start_of_turn>user\\nBe brief.\\n\\nHi<end_of_turn>\\n<start_of_turn>model\\n'
+>>> from chatcodec import ChatTemplate
+>>> chat = ChatTemplate(
+...     "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+...     "{% endif %}<{{ m.role }}>{{ m.content }}\\n{% endfor %}")
+>>> chat.capabilities.system, chat.capabilities.error("system")
+(False, 'System role not supported')
+>>> chat.render_with_report([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+('<user>Be brief.\\n\\nHi\\n', ('system_to_user',))
 """
 
 from __future__ import annotations
