@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chatcodec import ChatTemplate, InputError, decoder_for
+from chatcodec import ChatcodecError, ChatTemplate, InputError, decoder_for
 from chatcodec.polyfills import POLYFILLS, TOOL_INSTRUCTIONS, uses_generic_tools
 
 from .conftest import CORPUS, GOLDEN_NOW, conversations, goldens, manifest, require_shared, template_source
@@ -250,7 +250,7 @@ def tool_turns(arguments: Any, content: Any = "", call_id: str = "call_abc123xyz
 
 def test_null_content() -> None:
     require_shared()
-    with pytest.raises(InputError.__mro__[1]):  # exact rendering fails, as in transformers
+    with pytest.raises(ChatcodecError):  # exact rendering fails, as in transformers
         template("Qwen-Qwen3-0.6B").render(tool_turns({"location": "Paris"}, content=None), tools=TOOLS)
     text, applied = report("Qwen-Qwen3-0.6B", tool_turns({"location": "Paris"}, content=None), tools=TOOLS)
     assert applied == ("null_content",)
@@ -359,3 +359,24 @@ def test_caller_messages_are_not_changed() -> None:
     messages = copy.deepcopy(HARD[0][1])
     template("google-gemma-2-2b-it").render(messages, tools=TOOLS, polyfill="auto")
     assert messages == HARD[0][1]
+
+
+def test_codec_encode_polyfill() -> None:
+    """Codec.encode(polyfill="auto") tokenizes the polyfilled prompt, and the assistant mask still finds the turns."""
+    require_shared()
+    from chatcodec import load
+
+    codec = load(CORPUS.parent / "tokenizers" / "qwen3")
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {"role": "assistant", "content": None, "tool_calls": [call("call_1", "get_current_temperature", "Paris")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "21 degrees"},
+        {"role": "assistant", "content": "It is 21 degrees."},
+    ]
+    with pytest.raises(ChatcodecError):
+        codec.encode(messages, tools=TOOLS)
+    encoding = codec.encode(messages, tools=TOOLS, polyfill="auto")
+    assert encoding.text == codec.template.render(messages, tools=TOOLS, polyfill="auto")
+    supervised = codec.decode([i for i, m in zip(encoding.input_ids, encoding.assistant_mask, strict=True) if m])
+    assert "get_current_temperature" in supervised and "It is 21 degrees." in supervised
+    assert "Weather in Paris?" not in supervised and "21 degrees<" not in supervised

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .exceptions import InputError, LoadError, SpecialTokenError
+from .polyfills import Polyfill
 from .render import ChatTemplate, plain
 from .templates import load_template
 from .vocab import Run, Vocabulary, alternation
@@ -202,9 +203,13 @@ class Codec:
         content_special_tokens: ContentPolicy = "escape",
         add_special_tokens: bool = False,
         chat_template: str | None = None,
+        polyfill: Polyfill = False,
         **template_kwargs: Any,
     ) -> Encoding:
         """Render ``messages`` and tokenize the prompt.
+
+        ``polyfill`` is :meth:`ChatTemplate.render`'s: ``"auto"`` rewrites what the template cannot render
+        (:mod:`chatcodec.polyfills`); the default renders exactly.
 
         ``content_special_tokens`` says what a control token inside content becomes: ``"escape"`` (the
         default) encodes its text as ordinary tokens, ``"reject"`` raises :class:`~chatcodec.SpecialTokenError`,
@@ -236,6 +241,8 @@ class Codec:
             tools=tools, documents=documents, add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message, now=now, chat_template=chat_template, **template_kwargs,
         )  # fmt: skip
+        if polyfill:
+            options["polyfill"] = polyfill
         rendered = self.template.render(messages, **options)
         runs, text, escaped = vocab.tokenize(rendered, escapes)
         if escaped:

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("chatcodec.cli.render", "render messages into the exact prompt a model expects"),
     "tokenize": ("chatcodec.cli.tokenize", "encode messages into token ids, with the assistant mask"),
     "decode": ("chatcodec.cli.decode", "decode a completion into content, reasoning and tool calls"),
+    "inspect": ("chatcodec.cli.inspect", "what a template supports: its capabilities, found by probe renders"),
     "templates": ("chatcodec.cli.templates", "list the built-in templates, or print one"),
     "tools": ("chatcodec.cli.tools", "tool schemas from Python functions, and the function-calling loop"),
 }

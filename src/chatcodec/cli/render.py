@@ -7,6 +7,8 @@ import json
 import re
 import sys
 
+from ..exceptions import InputError
+from ..polyfills import POLYFILLS, Polyfill
 from ..render import ChatTemplate
 from . import common
 
@@ -22,6 +24,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     common.add_template_options(parser, default_note=f"default: the built-in {common.DEFAULT_TEMPLATE}")
     common.add_variable_options(parser)
     common.add_render_options(parser)
+    parser.add_argument(
+        "--polyfill",
+        metavar="auto|NAME,...",
+        help="rewrite what the template cannot render: 'auto' (what it lacks, see chatcodec inspect) or rewrites"
+        f" by name ({', '.join(POLYFILLS)}); the names applied are noted on stderr",
+    )
     common.add_output_options(
         parser,
         json_help='print {"prompt": ..., "template": ...} as JSON',
@@ -35,15 +43,32 @@ def run(args: argparse.Namespace) -> int:
     variables = common.variables_from(args, request)
     options = common.render_options_from(args, request, generation_default=True)
     template = common.template_from(args)
-    prompt = template.render(request.messages, **options, **variables)
+    polyfill = _polyfill(args.polyfill)
+    prompt, applied = template.render_with_report(request.messages, **options, **variables, polyfill=polyfill)
+    if applied:
+        common.note(f"polyfills applied: {', '.join(applied)}")
     if args.json:
-        sys.stdout.write(json.dumps({"prompt": prompt, "template": template.name}, ensure_ascii=False) + "\n")
+        result: dict[str, object] = {"prompt": prompt, "template": template.name}
+        if polyfill:
+            result["polyfills"] = list(applied)
+        sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
     elif args.show:
         sys.stdout.write(show_prompt(prompt, template, color=common.color_wanted()) + "\n")
     else:
         sys.stdout.buffer.write(prompt.encode("utf-8"))
     sys.stdout.flush()
     return 0
+
+
+def _polyfill(value: str | None) -> Polyfill:
+    if value is None:
+        return False
+    if value == "auto":
+        return "auto"
+    names = {name.strip() for name in value.split(",") if name.strip()}
+    if not names:
+        raise InputError("--polyfill needs 'auto' or rewrite names separated by commas")
+    return names
 
 
 #: text that looks like a control token: <|...|>, <｜...｜>, [INST]-style, <start_of_turn>-style, <s>, </s>
