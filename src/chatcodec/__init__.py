@@ -46,7 +46,9 @@ from .tokens import Codec as Codec
 from .tokens import Encoding as Encoding
 from .tokens import load as load
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what type checkers and IDEs see for the lazy names
+    from .compat import apply_chat_template as apply_chat_template
+    from .compat import patch as patch
     from .tools import Toolbox as Toolbox
     from .tools import tool_schema as tool_schema
 
@@ -55,6 +57,8 @@ __version__ = "0.1.0"  # the one place the version is written: pyproject.toml re
 #: public name -> the module that defines it, imported the first time the name is used (PEP 562)
 _LAZY: dict[str, str] = {
     "Toolbox": "chatcodec.tools",
+    "apply_chat_template": "chatcodec.compat",
+    "patch": "chatcodec.compat",
     "tool_schema": "chatcodec.tools",
 }
 
@@ -85,12 +89,14 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "Toolbox",
+    "apply_chat_template",
     "builtin_templates",
     "decoder",
     "decoder_for",
     "detect_format",
     "load",
     "load_template",
+    "patch",
     "tool_schema",
 ]
 
