@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from . import polyfills, sandbox
 from .capabilities import Capabilities, probe
-from .exceptions import InputError, TemplateNotFoundError
+from .exceptions import InputError, TemplateNotFoundError, TemplateRaisedError, TemplateRuntimeError
 from .limits import DEFAULT_LIMITS, Budget, Limits
 
 __all__ = ["ChatTemplate"]
@@ -258,7 +259,12 @@ class ChatTemplate:
         if continue_final_message:
             continued = _tag_final_message(chat, continue_final_message, self._sources[key])
         budget = Budget(self.limits, now=now, track_generation=track_generation)
-        text = sandbox.run(compiled, variables, name=self._label(key), budget=budget)
+        try:
+            text = sandbox.run(compiled, variables, name=self._label(key), budget=budget)
+        except TemplateRuntimeError as exc:
+            if not names and not isinstance(exc, TemplateRaisedError):  # the chat is still the caller's
+                _point_at_input(exc, chat, messages)
+            raise
         if continued is not None:
             text = _cut_at_tag(text, continued)
         return text, budget.spans or [], applied
@@ -448,3 +454,58 @@ def _cut_at_tag(text: str, final: str) -> str:
     if text[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
         return text[:at]  # the template kept the message's spacing
     return text[:at].rstrip()  # the template trimmed the message; trim what was before the tag too
+
+
+# --- errors that point at the input ----------------------------------------------------------------
+
+
+def _point_at_input(error: TemplateRuntimeError, chat: list[dict[str, Any]], given: Any) -> None:
+    """Add to ``error`` which message and field a template choked on, when the failure is a common shape.
+
+    Templates fail on shapes they were not written for (``"content": null`` beside tool calls, content
+    as a list of parts, tool-call arguments as a JSON string or as an object) with Jinja's words, which
+    name no message. The original text is kept whole; the pointer follows it, with the fix by hand and
+    the polyfill that makes it (:mod:`chatcodec.polyfills`).
+    """
+    reason = error.message
+    pointer = None
+    missing = re.fullmatch(r"'dict object' has no attribute '(\w+)'", reason)
+    if missing:
+        pointer = _missing_field(missing.group(1), chat, given)
+    elif reason.startswith('can only concatenate str (not "list")') or reason.startswith("'list object' has no"):
+        pointer = next(
+            (
+                f"message {i} ({m.get('role')}) has its content as a list of parts, and this template wants a"
+                " string: join the parts' text"
+                for i, m in enumerate(chat)
+                if isinstance(m.get("content"), list)
+            ),
+            None,
+        )
+    elif reason.startswith('can only concatenate str (not "dict")'):
+        pointer = _arguments(chat, dict, "an object, and this template wants a JSON string: json.dumps it")
+    elif reason in ("'str object' has no attribute 'items'", "Can only get item pairs from a mapping."):
+        pointer = _arguments(chat, str, "a JSON string, and this template wants an object: json.loads it")
+    if pointer:
+        error.message = f'{reason}: {pointer}, or render with polyfill="auto"'
+
+
+def _missing_field(field: str, chat: list[dict[str, Any]], given: Any) -> str | None:
+    for index, message in enumerate(chat):
+        if field not in message:
+            original = given[index] if isinstance(given, (list, tuple)) and index < len(given) else None
+            was_null = isinstance(original, Mapping) and field in original and original[field] is None
+            state = f'"{field}": null (transformers drops null fields)' if was_null else f'no "{field}"'
+            fix = ' "content": ""' if field == "content" else f' a "{field}"'
+            return f"message {index} ({message.get('role')}) has {state}, and this template reads it: give it{fix}"
+    return None
+
+
+def _arguments(chat: list[dict[str, Any]], kind: type, what: str) -> str | None:
+    for index, message in enumerate(chat):
+        calls = message.get("tool_calls")
+        for number, call in enumerate(calls if isinstance(calls, list) else []):
+            function = call.get("function", call) if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), kind):
+                return f"message {index} ({message.get('role')}) tool_calls[{number}] arguments are {what}"
+    return None

@@ -51,13 +51,22 @@ def test_render_weather_is_byte_identical_to_transformers() -> None:
     expected = tokenizer.apply_chat_template(
         request["messages"], tools=request["tools"], add_generation_prompt=True, tokenize=False
     )
-    code, stdout, stderr = run(["render", "--template", "qwen3", str(WEATHER)])
+    code, stdout, stderr = run(["render", "--template", "qwen3", "--add-generation-prompt", str(WEATHER)])
     assert (code, stderr) == (0, "")
     assert stdout == expected.encode("utf-8")
 
 
 def test_the_installed_command_works() -> None:
-    command = [sys.executable, "-m", "chatcodec", "render", "--template", "qwen3", str(WEATHER)]
+    command = [
+        sys.executable,
+        "-m",
+        "chatcodec",
+        "render",
+        "--template",
+        "qwen3",
+        "--add-generation-prompt",
+        str(WEATHER),
+    ]
     done = subprocess.run(command, capture_output=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(b"<|im_start|>system\nYou are a weather assistant.")
@@ -66,10 +75,17 @@ def test_the_installed_command_works() -> None:
 
 def test_bare_list_on_stdin_and_options() -> None:
     chat = [{"role": "user", "content": "2+2?"}]
-    code, stdout, _ = run(["render", "-t", "qwen3", "--var", "enable_thinking=false"], json.dumps(chat))
+    code, stdout, _ = run(
+        ["render", "-t", "qwen3", "--add-generation-prompt", "--var", "enable_thinking=false"], json.dumps(chat)
+    )
     assert code == 0
     assert stdout == b"<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    code, stdout, _ = run(["render", "-t", "qwen3", "--no-add-generation-prompt"], json.dumps(chat))
+    code, stdout, _ = run(["render", "-t", "qwen3"], json.dumps(chat))  # off unless asked, as in the API
+    assert stdout == b"<|im_start|>user\n2+2?<|im_end|>\n"
+    code, stdout, _ = run(["render", "-t", "qwen3"], json.dumps({"messages": chat, "add_generation_prompt": True}))
+    assert stdout == b"<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    request = json.dumps({"messages": chat, "add_generation_prompt": True})
+    code, stdout, _ = run(["render", "-t", "qwen3", "--no-add-generation-prompt"], request)  # the option wins
     assert stdout == b"<|im_start|>user\n2+2?<|im_end|>\n"
 
 
@@ -103,7 +119,7 @@ def test_tools_file(tmp_path: Path) -> None:
 
 def test_show_marks_tokens_and_the_end() -> None:
     chat = json.dumps([{"role": "user", "content": "Hi"}])
-    code, stdout, _ = run(["render", "-t", "chatml", "--show"], chat)
+    code, stdout, _ = run(["render", "-t", "chatml", "--show", "--add-generation-prompt"], chat)
     assert code == 0
     assert stdout.decode() == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n⏎\n"
 

@@ -53,6 +53,8 @@ __all__ = [
     "flush_notes",
     "limits_from",
     "note",
+    "positive_float",
+    "positive_int",
     "read_json",
     "read_request",
     "render_options_from",
@@ -454,28 +456,30 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
         "--add-generation-prompt",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="open an assistant turn at the end (default: the request's add_generation_prompt, else on)",
+        help="open an assistant turn at the end, for the model to answer (default: the request's"
+        " add_generation_prompt, else off, as in the Python API and transformers)",
     )
     parser.add_argument(
         "--continue-final-message",
         action="store_true",
         default=None,
-        help="leave the final message open for the model to continue (turns the generation prompt off)",
+        help="leave the final message open for the model to continue",
     )
     parser.add_argument("--now", metavar="ISO-DATE", help="pin the template's clock, e.g. 2026-11-29T12:00")
 
 
-def render_options_from(args: argparse.Namespace, request: Request, *, generation_default: bool) -> dict[str, Any]:
-    """The keyword arguments of ``render``/``encode``: options win over the request, which wins over defaults."""
-    continue_final = _first(args.continue_final_message, request.continue_final_message, False)
-    generation = _first(args.add_generation_prompt, request.add_generation_prompt, None)
-    if generation is None:
-        generation = generation_default and not continue_final
+def render_options_from(args: argparse.Namespace, request: Request) -> dict[str, Any]:
+    """The keyword arguments of ``render``/``encode`` besides template variables.
+
+    One rule for the generation prompt everywhere (commands and Python API, as in transformers): it is
+    added only when asked for, by ``--add-generation-prompt`` or the request's ``add_generation_prompt``
+    (the option wins).
+    """
     return {
         "tools": tools_from(args, request),
         "documents": request.documents,
-        "add_generation_prompt": generation,
-        "continue_final_message": continue_final,
+        "add_generation_prompt": bool(_first(args.add_generation_prompt, request.add_generation_prompt, False)),
+        "continue_final_message": _first(args.continue_final_message, request.continue_final_message, False),
         "now": parse_now(args.now),
     }
 
@@ -512,14 +516,14 @@ def add_limit_options(parser: argparse.ArgumentParser) -> None:
     defaults = Limits()
     parser.add_argument(
         "--max-output",
-        type=_positive(int),
+        type=positive_int,
         metavar="N",
         help=f"longest prompt (and string built on the way) a template may produce, in characters"
         f" (default: {defaults.max_output:,})",
     )
     parser.add_argument(
         "--timeout",
-        type=_positive(float),
+        type=positive_float,
         metavar="SECONDS",
         help=f"longest a template may take to render (default: {defaults.timeout:g})",
     )
@@ -542,15 +546,23 @@ def with_limits(template: ChatTemplate, args: argparse.Namespace) -> ChatTemplat
     return template
 
 
-def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0 or value != value or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
-        return value
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
 
-    convert.__name__ = kind.__name__
-    return convert
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number above 0")
+    return value

@@ -30,7 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     common.add_template_options(parser, default_note="to detect the format from; instead of --format")
     parser.add_argument("--list-formats", action="store_true", help="print the formats and exit")
     parser.add_argument("--stream", action="store_true", help="print OpenAI streaming deltas as JSON lines")
-    parser.add_argument("--chunk-size", type=int, metavar="N", help="with --stream, feed stdin N bytes at a time")
+    parser.add_argument(
+        "--chunk-size", type=common.positive_int, metavar="N", help="with --stream, feed stdin N bytes at a time"
+    )
     parser.add_argument(
         "--reasoning-format",
         choices=REASONING_FORMATS,
@@ -67,6 +69,8 @@ def run(args: argparse.Namespace, stdin: IO[bytes] | None = None, stdout: IO[str
         for name in formats():
             out.write(f"{name:<{width}}  {get_format(name).summary}\n")
         return 0
+    if args.chunk_size is not None and not args.stream:
+        raise DecodeError("--chunk-size feeds the stream: it needs --stream.")
     chosen = _decoder(args)
     data = stdin or sys.stdin.buffer
     if args.stream:
@@ -114,7 +118,7 @@ def _chunks(data: IO[bytes], size: int | None) -> Iterator[bytes]:
         block = read(65536)
         if not block:
             return
-        if size is None or size <= 0:
+        if size is None:
             yield block
         else:
             for k in range(0, len(block), size):

@@ -41,7 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     request = common.read_request(args.file)
     variables = common.variables_from(args, request)
-    options = common.render_options_from(args, request, generation_default=True)
+    options = common.render_options_from(args, request)
     template = common.template_from(args)
     polyfill = _polyfill(args.polyfill)
     prompt, applied = template.render_with_report(request.messages, **options, **variables, polyfill=polyfill)

@@ -49,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     request = common.read_request(args.file)
     variables = common.variables_from(args, request)
-    options = common.render_options_from(args, request, generation_default=False)
+    options = common.render_options_from(args, request)
     codec = common.codec_from(args)
     encoding = codec.encode(
         request.messages, content_special_tokens=args.content_special_tokens, **options, **variables
