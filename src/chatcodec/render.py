@@ -491,13 +491,16 @@ def _point_at_input(error: TemplateRuntimeError, chat: list[dict[str, Any]], giv
 
 
 def _missing_field(field: str, chat: list[dict[str, Any]], given: Any) -> str | None:
+    """The first message without ``field`` when that is a shape problem: content, or a field given as null."""
     for index, message in enumerate(chat):
-        if field not in message:
-            original = given[index] if isinstance(given, (list, tuple)) and index < len(given) else None
-            was_null = isinstance(original, Mapping) and field in original and original[field] is None
+        if field in message:
+            continue
+        original = given[index] if isinstance(given, (list, tuple)) and index < len(given) else None
+        was_null = isinstance(original, Mapping) and field in original and original[field] is None
+        if field == "content" or was_null:
             state = f'"{field}": null (transformers drops null fields)' if was_null else f'no "{field}"'
-            fix = ' "content": ""' if field == "content" else f' a "{field}"'
-            return f"message {index} ({message.get('role')}) has {state}, and this template reads it: give it{fix}"
+            fix = '"content": ""' if field == "content" else f'a "{field}"'
+            return f"message {index} ({message.get('role')}) has {state}, and this template reads it: give it {fix}"
     return None
 
 
