@@ -29,7 +29,8 @@ def run(argv: list[str], stdin: str = "") -> tuple[int, bytes, str]:
 
     stdout = Stdout(out, encoding="utf-8")
     saved = sys.stdin, sys.stdout, sys.stderr
-    sys.stdin, sys.stdout, sys.stderr = io.StringIO(stdin), stdout, err
+    stdin_stream = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8", "surrogatepass")), encoding="utf-8")
+    sys.stdin, sys.stdout, sys.stderr = stdin_stream, stdout, err
     try:
         try:
             code = main(argv)

@@ -13,7 +13,8 @@ an option means one thing in every command:
 * ``--max-output N`` and ``--timeout SECONDS``, the render budget (:func:`limits_from`).
 
 Errors: a command raises :class:`~chatcodec.ChatcodecError` for anything the user can fix, and
-:func:`run` prints it as one line on stderr with exit code 2.
+:func:`run` prints it as one line on stderr with exit code 2. Any other exception is a chatcodec bug;
+it is printed as one line too (exit 2), unless ``CHATCODEC_DEBUG`` is set, which shows the traceback.
 """
 
 from __future__ import annotations
@@ -110,6 +111,12 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a library error that is not (yet) a ChatcodecError: still one line
+        if os.environ.get("CHATCODEC_DEBUG"):
+            raise
+        return fail(
+            f"{type(exc).__name__}: {exc} (unexpected: please report it; CHATCODEC_DEBUG=1 shows the traceback)"
+        )
     flush_notes()
     return code
 
@@ -381,7 +388,7 @@ def variables_from(args: argparse.Namespace, request: Request | None = None) -> 
     variables = dict(request.variables) if request is not None else {}
     if args.vars is not None:
         text = args.vars
-        data = parse_json(text, "--vars", "--vars") if text.lstrip().startswith("{") else read_json(text, "--vars")
+        data = read_json(text, "--vars") if Path(text).expanduser().is_file() else parse_json(text, "--vars", "--vars")
         if not isinstance(data, dict):
             raise InputError(f"--vars takes a JSON object of template variables, not {_json_type(data)}")
         variables.update(_checked_variables(data, "--vars"))
