@@ -80,6 +80,7 @@ RESERVED_VARIABLES = frozenset(
         "chat_template",
         "content_special_tokens",
         "add_special_tokens",
+        "polyfill",
     }
 )
 
@@ -457,8 +458,8 @@ def tools_from(args: argparse.Namespace, request: Request | None = None) -> list
 
 
 def add_render_options(parser: argparse.ArgumentParser) -> None:
-    """``--add-generation-prompt``, ``--continue-final-message`` and ``--now``; read them with
-    :func:`render_options_from`."""
+    """``--add-generation-prompt``, ``--continue-final-message``, ``--now`` and ``--polyfill``; read them
+    with :func:`render_options_from`."""
     parser.add_argument(
         "--add-generation-prompt",
         action=argparse.BooleanOptionalAction,
@@ -473,6 +474,12 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
         help="leave the final message open for the model to continue",
     )
     parser.add_argument("--now", metavar="ISO-DATE", help="pin the template's clock, e.g. 2026-11-29T12:00")
+    parser.add_argument(
+        "--polyfill",
+        metavar="auto|NAME,...",
+        help="rewrite the chat into forms the template supports: auto (what it lacks) or rewrites by name"
+        " (see chatcodec.polyfills); default: none, the exact render",
+    )
 
 
 def render_options_from(args: argparse.Namespace, request: Request) -> dict[str, Any]:
@@ -488,7 +495,16 @@ def render_options_from(args: argparse.Namespace, request: Request) -> dict[str,
         "add_generation_prompt": bool(_first(args.add_generation_prompt, request.add_generation_prompt, False)),
         "continue_final_message": _first(args.continue_final_message, request.continue_final_message, False),
         "now": parse_now(args.now),
+        "polyfill": _polyfill(args.polyfill),
     }
+
+
+def _polyfill(text: str | None) -> str | frozenset[str] | bool:
+    if text is None:
+        return False
+    if text.strip() == "auto":
+        return "auto"
+    return frozenset(name.strip() for name in text.split(",") if name.strip())  # unknown names: the library says
 
 
 def _first(*values: Any) -> Any:

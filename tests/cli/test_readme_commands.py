@@ -1,0 +1,40 @@
+"""Every ``chatcodec`` command line in the README's shell blocks runs, from the checkout, and exits 0."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..conftest import require_shared
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+
+def _command_lines() -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    # commands that need a server or a network are left to their own tests
+    return [line for line in lines if re.match(r"(echo .*\| )?chatcodec ", line) and "--url" not in line]
+
+
+COMMAND_LINES = _command_lines()
+
+
+def test_the_readme_has_command_lines() -> None:
+    assert len(COMMAND_LINES) >= 8
+
+
+@pytest.mark.parametrize("line", COMMAND_LINES)
+def test_readme_command_runs(line: str) -> None:
+    require_shared()
+    python = shlex.quote(sys.executable)
+    shell = re.sub(r"(^|\| )chatcodec ", rf"\g<1>{python} -m chatcodec ", line)
+    done = subprocess.run(["bash", "-c", shell], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout
