@@ -47,7 +47,7 @@ def test_inspect_bad_template_is_one_line() -> None:
 
 def test_render_polyfill_auto() -> None:
     require_shared()
-    code, out, err = run(["render", "-t", GEMMA2, "--polyfill", "auto"], stdin=SYSTEM_CHAT)
+    code, out, err = run(["render", "-t", GEMMA2, "--polyfill", "auto", "--add-generation-prompt"], stdin=SYSTEM_CHAT)
     assert code == 0, err
     assert out.decode() == "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
     assert "polyfills applied: system_to_user" in err

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..exceptions import ChatcodecError, InputError
 from ..limits import Limits
+from ..polyfills import POLYFILLS, Polyfill
 from ..render import ChatTemplate
 from ..templates import load_template
 
@@ -477,8 +478,8 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--polyfill",
         metavar="auto|NAME,...",
-        help="rewrite the chat into forms the template supports: auto (what it lacks) or rewrites by name"
-        " (see chatcodec.polyfills); default: none, the exact render",
+        help="rewrite what the template cannot render: 'auto' (what it lacks, see chatcodec inspect) or rewrites"
+        f" by name ({', '.join(POLYFILLS)}); default: none, the exact render",
     )
 
 
@@ -499,12 +500,15 @@ def render_options_from(args: argparse.Namespace, request: Request) -> dict[str,
     }
 
 
-def _polyfill(text: str | None) -> str | frozenset[str] | bool:
+def _polyfill(text: str | None) -> Polyfill:
     if text is None:
         return False
     if text.strip() == "auto":
         return "auto"
-    return frozenset(name.strip() for name in text.split(",") if name.strip())  # unknown names: the library says
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())  # unknown ones: the library says
+    if not names:
+        raise InputError("--polyfill needs 'auto' or rewrite names separated by commas")
+    return names
 
 
 def _first(*values: Any) -> Any:

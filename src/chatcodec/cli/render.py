@@ -7,8 +7,6 @@ import json
 import re
 import sys
 
-from ..exceptions import InputError
-from ..polyfills import POLYFILLS, Polyfill
 from ..render import ChatTemplate
 from . import common
 
@@ -24,12 +22,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     common.add_template_options(parser, default_note=f"default: the built-in {common.DEFAULT_TEMPLATE}")
     common.add_variable_options(parser)
     common.add_render_options(parser)
-    parser.add_argument(
-        "--polyfill",
-        metavar="auto|NAME,...",
-        help="rewrite what the template cannot render: 'auto' (what it lacks, see chatcodec inspect) or rewrites"
-        f" by name ({', '.join(POLYFILLS)}); the names applied are noted on stderr",
-    )
     common.add_output_options(
         parser,
         json_help='print {"prompt": ..., "template": ...} as JSON',
@@ -43,13 +35,12 @@ def run(args: argparse.Namespace) -> int:
     variables = common.variables_from(args, request)
     options = common.render_options_from(args, request)
     template = common.template_from(args)
-    polyfill = _polyfill(args.polyfill)
-    prompt, applied = template.render_with_report(request.messages, **options, **variables, polyfill=polyfill)
+    prompt, applied = template.render_with_report(request.messages, **options, **variables)
     if applied:
         common.note(f"polyfills applied: {', '.join(applied)}")
     if args.json:
         result: dict[str, object] = {"prompt": prompt, "template": template.name}
-        if polyfill:
+        if options["polyfill"]:
             result["polyfills"] = list(applied)
         sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
     elif args.show:
@@ -58,17 +49,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(prompt.encode("utf-8"))
     sys.stdout.flush()
     return 0
-
-
-def _polyfill(value: str | None) -> Polyfill:
-    if value is None:
-        return False
-    if value == "auto":
-        return "auto"
-    names = {name.strip() for name in value.split(",") if name.strip()}
-    if not names:
-        raise InputError("--polyfill needs 'auto' or rewrite names separated by commas")
-    return names
 
 
 #: text that looks like a control token: <|...|>, <｜...｜>, [INST]-style, <start_of_turn>-style, <s>, </s>
