@@ -150,7 +150,7 @@ def test_not_a_gguf(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("setup", "error", "text"),
     [
-        (lambda p: p / "nowhere", TemplateNotFoundError, "neither an existing file or folder"),
+        (lambda p: p / "nowhere", TemplateNotFoundError, "neither an existing file, nor a folder, nor a built-in"),
         (lambda p: p, TemplateNotFoundError, "has no chat template"),
         (lambda p: write(p / "tokenizer_config.json", "{oops"), LoadError, "is not valid JSON"),
         (lambda p: write(p / "tokenizer_config.json", "[1]"), LoadError, "should hold a JSON object"),

@@ -83,7 +83,7 @@ def load_template(source: str | Path, *, name: str | None = None) -> ChatTemplat
         return _from_file(path, name)
     hint = _closest(text, builtins)
     raise TemplateNotFoundError(
-        f"No chat template at {text!r}: it is neither an existing file or folder nor a built-in template."
+        f"No chat template at {text!r}: it is neither an existing file, nor a folder, nor a built-in template."
         + (f" Did you mean {hint!r}?" if hint else "")
         + f" Built-in templates: {', '.join(builtins)}."
     )
