@@ -9,10 +9,9 @@ Names from the upper floors (:data:`_LAZY`) are imported on first use, so ``impo
 small: ``chatcodec.apply_chat_template`` works, and costs its import only when it is used.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import contextlib as _contextlib
+import importlib as _importlib
+import typing as _typing
 
 from .capabilities import Capabilities as Capabilities
 from .decoders import AssistantMessage as AssistantMessage
@@ -46,7 +45,7 @@ from .tokens import Codec as Codec
 from .tokens import Encoding as Encoding
 from .tokens import load as load
 
-if TYPE_CHECKING:  # what type checkers and IDEs see for the lazy names
+if _typing.TYPE_CHECKING:  # what type checkers and IDEs see for the lazy names
     from .compat import apply_chat_template as apply_chat_template
     from .compat import patch as patch
     from .tools import Toolbox as Toolbox
@@ -101,11 +100,31 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+#: exported name -> the module that defines it (``__module__`` says ``chatcodec``; doctest needs the source)
+_DEFINED_IN: dict[str, str] = {}
+
+
+def _public(value: _typing.Any) -> _typing.Any:
+    """Report ``chatcodec`` as the module of an exported class or function (tracebacks, reprs, help)."""
+    module = getattr(value, "__module__", None)
+    if isinstance(module, str) and module != "chatcodec":
+        with _contextlib.suppress(AttributeError, TypeError):
+            value.__module__ = "chatcodec"
+            _DEFINED_IN[value.__name__] = module
+    return value
+
+
+for _name in __all__:
+    if _name not in _LAZY:
+        _public(globals()[_name])
+del _name
+
+
+def __getattr__(name: str) -> _typing.Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'chatcodec' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = _public(getattr(_importlib.import_module(module), name))
     globals()[name] = value  # later uses are plain attribute lookups
     return value
 

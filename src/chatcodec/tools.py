@@ -88,7 +88,7 @@ def tool_schema(func: Callable[..., Any]) -> JsonSchema:
     >>> tool_schema(search)
     Traceback (most recent call last):
         ...
-    chatcodec.exceptions.SchemaError: Cannot make a tool schema for search: parameter 'limit' has no type hint; \
+    chatcodec.SchemaError: Cannot make a tool schema for search: parameter 'limit' has no type hint; \
 the docstring has no Args: block to describe 'query', 'limit' (Google style: 'Args:', then 'name: description' \
 on an indented line per parameter).
     """
