@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ..exceptions import DecodeError
 from .base import AssistantMessage, DecodeStream, Sink
@@ -18,7 +18,9 @@ from .values import main_type, schema_types
 
 Build = Callable[[Sink, Options, "ThinkSpec | None"], MachineBase]
 
-REASONING_FORMATS = ("none", "deepseek", "auto")
+#: where reasoning goes: "auto" and "deepseek" into ``reasoning_content``, "none" left in ``content``
+ReasoningFormat = Literal["none", "deepseek", "auto"]
+REASONING_FORMATS: tuple[ReasoningFormat, ...] = get_args(ReasoningFormat)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +139,7 @@ _OPTION_NAMES = (
 def decoder(
     format: str,
     *,
-    reasoning_format: str = "auto",
+    reasoning_format: ReasoningFormat = "auto",
     thinking_forced_open: bool | None = None,
     enable_thinking: bool | None = None,
     tools: Iterable[Mapping[str, Any] | str] | None = None,
