@@ -20,10 +20,11 @@ construction; what differs is how it gets there:
 from __future__ import annotations
 
 import json
+import re
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, update_wrapper
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
@@ -33,8 +34,9 @@ from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Context, LoopContext, Macro
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter
 from jinja2.utils import Namespace
+from markupsafe import EscapeFormatter, Markup
 
 from . import limits
 from .exceptions import (
@@ -63,8 +65,13 @@ def raise_exception(message: Any) -> None:
 
 def strftime_now(format: str) -> str:
     """The template's clock: the render's pinned ``now``, or local time as in transformers."""
+    if isinstance(format, str) and (len(format) > 16 or _HAS_DIGIT.search(format)):
+        limits.check_strftime(format)
     now = limits.active().now
     return (now if now is not None else datetime.now()).strftime(format)
+
+
+_HAS_DIGIT = re.compile(r"\d")
 
 
 def _not_serializable(value: Any) -> Any:
@@ -84,20 +91,33 @@ def tojson(
     x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
 ) -> str:
     # Python's json.dumps, not jinja2's HTML-escaping filter: the prompt must hold "<", ">" and "&" raw.
+    # Every container a template can build holds at most max_output characters (limits.expanded_size), so
+    # the text is bounded by construction; an indent multiplies it by the nesting depth, checked first.
     if _DEFAULT_JSON is not None and not ensure_ascii and indent is None and separators is None and not sort_keys:
-        return "".join(_DEFAULT_JSON(x, 0))
-    limits.check_json_layout(x, indent, separators)
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+        text = "".join(_DEFAULT_JSON(x, 0))
+    else:
+        limits.check_json_layout(x, indent, separators)
+        text = json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    if len(text) > limits.FAST_SIZE:
+        limits.check_size(len(text), "the result of |tojson")
+    return text
 
 
 class TemplateDict:
     """The ``dict`` global: builds dicts, and nothing else is reachable through it."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
-        return dict(*args, **kwargs)
+        if args:
+            args = (limits.counted_input(args[0], "dict()"), *args[1:])
+        return limits.built(dict(*args, **kwargs))  # type: ignore[no-any-return]
 
     def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
-        return dict.fromkeys(*args, **kwargs)
+        if args:
+            args = (limits.counted_input(args[0], "dict.fromkeys()"), *args[1:])
+        return limits.built(dict.fromkeys(*args, **kwargs))  # type: ignore[no-any-return]
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class TemplateNamespace(Namespace):
@@ -105,16 +125,38 @@ class TemplateNamespace(Namespace):
 
     def __init__(*args: Any, **kwargs: Any) -> None:
         self, args = args[0], args[1:]
-        attrs = dict(*args, **kwargs)
-        for name in attrs:
+        attrs = dict(*args, **kwargs) if args else kwargs
+        shared = False
+        for name, value in attrs.items():
             if isinstance(name, str) and name.startswith("_"):
                 _refuse_name(name)
+            if value.__class__ not in _SCALARS:
+                shared = True
+        if shared:
+            limits.built(attrs)
         Namespace.__init__(self, attrs)
 
     def __setitem__(self, name: str, value: Any) -> None:
         if isinstance(name, str) and name.startswith("_"):
             _refuse_name(name)
         Namespace.__setitem__(self, name, value)
+
+    def __repr__(self) -> str:
+        # A namespace can change after a list holding it was checked, so its text is paid for each time
+        # it is shown: printing a list that repeats it stops at the budget instead of filling memory.
+        attrs = object.__getattribute__(self, "_Namespace__attrs")
+        limits.check_expanded(attrs, "a namespace")
+        return _made_text(Namespace.__repr__(self))
+
+
+def _made_text(text: str) -> str:
+    if len(text) > limits.FAST_SIZE:
+        limits.active().big(len(text), "a namespace", len(text))
+    return text
+
+
+limits.EXPANDABLE.add(TemplateNamespace)
+limits.STRINGS.add(Markup)
 
 
 def _refuse_name(name: str) -> None:
@@ -165,7 +207,7 @@ _BuiltinMethod = types.BuiltinMethodType
 
 def _safe_attributes(env: ImmutableSandboxedEnvironment) -> dict[type, frozenset[str]]:
     """For each plain type (and ``loop``), the public attributes the sandbox itself allows, asked once."""
-    samples: list[Any] = [{}, [], "", 0, 0.0, False, None, (), LoopContext([], env.undefined)]
+    samples: list[Any] = [{}, [], "", 0, 0.0, False, None, (), _BudgetedLoop([], env.undefined)]
     table = {}
     for sample in samples:
         table[type(sample)] = frozenset(
@@ -179,16 +221,87 @@ def _safe_attributes(env: ImmutableSandboxedEnvironment) -> dict[type, frozenset
     return table
 
 
+# --- what a render pays for: the weight of template code -----------------------------------------------
+
+#: nodes that cost nothing on their own: a step is one node that does work
+_FREE_NODES = (nodes.Const, nodes.Name, nodes.TemplateData, nodes.Keyword, nodes.Pair, nodes.Slice, nodes.Output)
+#: a straight stretch of template code gets a checkpoint every this many steps
+_CHECKPOINT_STEPS = 1024
+
+
+def _weight(body: Iterable[nodes.Node]) -> int:
+    """The steps one run of ``body`` costs: its nodes that do work (at least 1)."""
+    work = 0
+    for node in body:
+        work += not isinstance(node, _FREE_NODES)
+        work += sum(1 for n in node.find_all(nodes.Node) if not isinstance(n, _FREE_NODES))
+    return max(work, 1)
+
+
+def _checkpoint(steps: int, lineno: int) -> nodes.Stmt:
+    """A statement that pays ``steps`` steps (and reads the clock when a chunk is used up)."""
+    call = nodes.Filter(nodes.Const(None), "_cc_spend", [nodes.Const(steps)], [], None, None, lineno=lineno)
+    return nodes.ExprStmt(call, lineno=lineno)
+
+
+def _add_checkpoints(node: nodes.Node) -> None:
+    """Put a checkpoint before every ~1024 steps of straight code, in every statement list of ``node``.
+
+    Loops and macros pay for their bodies when they run; this covers long templates run once, which
+    would otherwise run to their end before the clock is read.
+    """
+    for field in ("body", "else_", "elif_"):
+        statements = getattr(node, field, None)
+        if not isinstance(statements, list):
+            continue
+        done: list[nodes.Node] = []
+        pending = 0
+        for statement in statements:
+            _add_checkpoints(statement)
+            weight = _weight([statement])
+            if pending + weight > _CHECKPOINT_STEPS and pending:
+                done.append(_checkpoint(pending, statement.lineno))
+                pending = 0
+            pending += weight
+            done.append(statement)
+        statements[:] = done
+
+
+#: where single-operator comparisons go when an operand may be large (see visit_Compare)
+_COMPARE_FUNCTIONS = {
+    "eq": "_cc_eq",
+    "ne": "_cc_ne",
+    "lt": "_cc_lt",
+    "lteq": "_cc_le",
+    "gt": "_cc_gt",
+    "gteq": "_cc_ge",
+    "in": "_cc_in",
+    "notin": "_cc_notin",
+}
+
+
 class _CodeGenerator(CodeGenerator):
-    """jinja2's code generator, with lookups and amplifying operators as module-level calls."""
+    """jinja2's code generator, with lookups, comparisons and amplifying operators as budgeted calls."""
 
     def visit_Template(self, node: nodes.Template, frame: Frame | None = None) -> None:
         super().visit_Template(node, frame)
         # Rebound after jinja's own `from jinja2.runtime import ...` line; looked up at render time.
         self.writeline("Macro = environment.macro_class")
+        self.writeline("LoopContext = environment.loop_class")
         for name in ("getattr", "getitem", "add", "mul", "power", "mod", "concat"):
             self.writeline(f"_cc_{name} = environment.fast_{name}")
         self.writeline("_cc_call_method = environment.call_method")
+        for name in ("slice_of", "built", "chain", "contains", "not_in", "eq", "ne", "lt", "le", "gt", "ge"):
+            self.writeline(f"_cc_{name} = environment.budget.{name}")
+        self.writeline("_cc_in = _cc_contains")
+        self.writeline("_cc_notin = _cc_not_in")
+
+    def _is_const(self, node: nodes.Expr, frame: Frame) -> bool:
+        try:
+            node.as_const(frame.eval_ctx)
+        except nodes.Impossible:
+            return False
+        return True
 
     @optimizeconst
     def visit_Getattr(self, node: nodes.Getattr, frame: Frame) -> None:
@@ -199,12 +312,78 @@ class _CodeGenerator(CodeGenerator):
     @optimizeconst
     def visit_Getitem(self, node: nodes.Getitem, frame: Frame) -> None:
         if isinstance(node.arg, nodes.Slice):
-            super().visit_Getitem(node, frame)  # a slice of a value is the same kind of value
+            # `x[a:b]` copies: limits.slice_of pays for it when x is large
+            self.write("_cc_slice_of(")
+            self.visit(node.node, frame)
+            for part in (node.arg.start, node.arg.stop, node.arg.step):
+                self.write(", ")
+                if part is None:
+                    self.write("None")
+                else:
+                    self.visit(part, frame)
+            self.write(")")
             return
         self.write("_cc_getitem(")
         self.visit(node.node, frame)
         self.write(", ")
         self.visit(node.arg, frame)
+        self.write(")")
+
+    @optimizeconst
+    def visit_Compare(self, node: nodes.Compare, frame: Frame) -> None:
+        # `a in b` scans b, `a == b` compares two values of any size: those go through limits, which pays
+        # for large operands. Against a constant (`x == 'user'`, `x in ['a', 'b']`) the cost is bounded by
+        # the template text, so the plain Python operator stays.
+        def routed(left: nodes.Expr, operand: nodes.Operand) -> bool:
+            if operand.op in ("in", "notin"):
+                return not self._is_const(operand.expr, frame)
+            return not self._is_const(left, frame) and not self._is_const(operand.expr, frame)
+
+        if len(node.ops) == 1:
+            if routed(node.expr, node.ops[0]):
+                self.write(_COMPARE_FUNCTIONS[node.ops[0].op] + "(")
+                self.visit(node.expr, frame)
+                self.write(", ")
+                self.visit(node.ops[0].expr, frame)
+                self.write(")")
+                return
+        else:
+            lefts = [node.expr] + [op.expr for op in node.ops[:-1]]
+            if any(routed(left, op) for left, op in zip(lefts, node.ops, strict=True)):
+                self.write("_cc_chain(")
+                self.visit(node.expr, frame)
+                for op in node.ops:
+                    self.write(f", ({op.op!r}, lambda: ")
+                    self.visit(op.expr, frame)
+                    self.write(")")
+                self.write(")")
+                return
+        self.write("(")
+        self.visit(node.expr, frame)
+        for op in node.ops:
+            self.visit(op, frame)
+        self.write(")")
+
+    @optimizeconst
+    def visit_List(self, node: nodes.List, frame: Frame) -> None:
+        # a literal can repeat a value (`[x, x]`); limits.built checks lists holding other containers
+        self.write("_cc_built(")
+        super().visit_List(node, frame)
+        self.write(")")
+
+    @optimizeconst
+    def visit_Tuple(self, node: nodes.Tuple, frame: Frame) -> None:
+        if node.ctx != "load":
+            super().visit_Tuple(node, frame)
+            return
+        self.write("_cc_built(")
+        super().visit_Tuple(node, frame)
+        self.write(")")
+
+    @optimizeconst
+    def visit_Dict(self, node: nodes.Dict, frame: Frame) -> None:
+        self.write("_cc_built(")
+        super().visit_Dict(node, frame)
         self.write(")")
 
     def visit_Call(self, node: nodes.Call, frame: Frame, forward_caller: bool = False) -> None:
@@ -224,6 +403,18 @@ class _CodeGenerator(CodeGenerator):
             f"{k!r}: {k}" for k, on in (("_loop_vars", frame.loop_frame), ("_block_vars", frame.block_frame)) if on
         ]
         self.write("{" + ", ".join(extra) + "})" if extra else "None)")
+
+    def macro_def(self, macro_ref: Any, frame: Frame) -> None:
+        """jinja2's ``Macro(...)`` construction, with the macro's weight in steps as a last argument."""
+        arg_tuple = ", ".join(repr(x.name) for x in macro_ref.node.args)
+        name = getattr(macro_ref.node, "name", None)
+        if len(macro_ref.node.args) == 1:
+            arg_tuple += ","
+        self.write(
+            f"Macro(environment, macro, {name!r}, ({arg_tuple}),"
+            f" {macro_ref.accesses_kwargs!r}, {macro_ref.accesses_varargs!r},"
+            f" {macro_ref.accesses_caller!r}, context.eval_ctx.autoescape, {_weight(macro_ref.node.body)})"
+        )
 
     @optimizeconst
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
@@ -258,14 +449,60 @@ class _CodeGenerator(CodeGenerator):
 
 
 class _BudgetedMacro(Macro):
-    """Macros (and ``caller``) count their nesting depth against the render's budget."""
+    """Macros (and ``caller``) count their nesting depth and their weight against the render's budget."""
+
+    def __init__(
+        self,
+        environment: Any,
+        func: Callable[..., str],
+        name: str,
+        arguments: list[str],
+        catch_kwargs: bool,
+        catch_varargs: bool,
+        caller: bool,
+        default_autoescape: bool | None = None,
+        weight: int = 1,
+    ) -> None:
+        super().__init__(environment, func, name, arguments, catch_kwargs, catch_varargs, caller, default_autoescape)
+        self._cc_weight = weight
 
     def _invoke(self, arguments: list[Any], autoescape: bool) -> str:
-        budget = limits.enter_macro()
+        budget = limits.enter_recursion(self._cc_weight)
         try:
             return super()._invoke(arguments, autoescape)
         finally:
             budget.depth -= 1
+
+
+class _BudgetedLoop(LoopContext):
+    """``loop``: a recursive call, ``loop(children)``, counts its depth against the render's budget."""
+
+    def __call__(self, iterable: Iterable[Any]) -> str:
+        budget = limits.enter_recursion()
+        try:
+            return super().__call__(iterable)
+        finally:
+            budget.depth -= 1
+
+
+class _SandboxedFormatter(SandboxedFormatter):
+    """``str.format`` inside templates: fields looked up by the sandbox, widths and sizes checked."""
+
+    def __init__(self, env: Any, **kwargs: Any) -> None:
+        super().__init__(env, **kwargs)
+        self._cc_tally = limits.FormatTally()
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        text = limits.format_field(value, format_spec)
+        self._cc_tally.add(text)
+        return text
+
+
+class _SandboxedEscapeFormatter(_SandboxedFormatter, EscapeFormatter):
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        text = EscapeFormatter.format_field(self, value, format_spec)
+        self._cc_tally.add(text)
+        return text
 
 
 class ChatSandbox(ImmutableSandboxedEnvironment):
@@ -273,6 +510,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
 
     code_generator_class = _CodeGenerator
     macro_class = _BudgetedMacro
+    loop_class = _BudgetedLoop
     # Declared intercepted so that jinja2 never folds them at compile time (where no budget applies);
     # the code generator routes them to the checked functions in chatcodec.limits.
     intercepted_binops = frozenset({"+", "*", "**", "%"})
@@ -282,6 +520,8 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
     fast_power = staticmethod(limits.power)
     fast_mod = staticmethod(limits.mod)
     fast_concat = staticmethod(limits.concat)
+    #: the module whose checked functions generated code calls (limits.slice_of, limits.contains, ...)
+    budget = limits
 
     def __init__(self) -> None:
         super().__init__(
@@ -291,7 +531,9 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         )
         self.filters["tojson"] = tojson
         limits.guard_filters(self.filters)
+        limits.guard_tests(self.tests)
         self.filters["_cc_counted"] = _counted
+        self.filters["_cc_spend"] = _spend
         self.globals.update(
             raise_exception=raise_exception,
             strftime_now=strftime_now,
@@ -308,9 +550,16 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)
-        # Every loop spends one step per item, so a runaway loop meets the time limit.
+        # Every loop pays its body's weight per item (limits.counted), so a runaway loop meets the time
+        # limit; a recursive loop pays again each time its body runs, as loop(...) re-enters it.
         for loop in list(tree.find_all(nodes.For)):
-            loop.iter = nodes.Filter(loop.iter, "_cc_counted", [], [], None, None, lineno=loop.lineno)
+            weight = _weight(loop.body) + (loop.test is not None)
+            if loop.recursive:
+                loop.body.insert(0, _checkpoint(weight, loop.lineno))
+            loop.iter = nodes.Filter(
+                loop.iter, "_cc_counted", [nodes.Const(weight)], [], None, None, lineno=loop.lineno
+            )
+        _add_checkpoints(tree)
         return tree
 
     def getattr(self, obj: Any, attribute: str) -> Any:
@@ -349,15 +598,23 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
                 kwargs.pop("_block_vars", None)
                 if owner is str:
                     return limits.call_str_method(__obj, args, kwargs)
-                return __obj(*args, **kwargs)
+                return _plain_method(__obj, args, kwargs)
         elif (
             kind is _BudgetedMacro
             or id(__obj) in __self._trusted
-            or (kind is types.MethodType and type(__obj.__self__) is LoopContext)
+            or (kind is types.MethodType and type(__obj.__self__) is _BudgetedLoop)
         ):
             kwargs.pop("_loop_vars", None)
             kwargs.pop("_block_vars", None)
             return __obj(*args, **kwargs)
+        if kind is _BuiltinMethod or kind is types.MethodType:
+            bound = __obj.__self__
+            if isinstance(bound, (str, bytes)):
+                # str subclasses (Markup) and bytes: the same checks as str methods, then jinja2's call
+                if __obj.__name__ == "join" and args:
+                    args = (list(limits.counted_input(args[0], "str.join")), *args[1:])
+                limits.check_str_method(bound, __obj.__name__, args, kwargs)
+                return limits._made(super().call(__context, __obj, *args, **kwargs), "a string")
         return super().call(__context, __obj, *args, **kwargs)
 
     def call_method(self, context: Any, obj: Any, name: str, args: tuple[Any, ...], extra: Any) -> Any:
@@ -365,17 +622,67 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         kind = type(obj)
         if kind is str:
             method = _STR_METHODS.get(name)
-            if method is not None:
-                return method(obj, *args)
-            if name in limits.SIZED_STR_METHODS:
+            if method is not None and len(obj) <= limits.FAST_SIZE:
+                # a short string, with no argument or one short one: nothing to pay for
+                if not args:
+                    return method(obj)
+                if len(args) == 1 and args[0].__class__ is str and len(args[0]) <= 64:
+                    return method(obj, args[0])
+            if method is not None or name in limits.SIZED_STR_METHODS:
                 return limits.call_str_method(getattr(obj, name), args, {})
         elif (kind is dict or kind is list) and name in self._safe[kind]:
-            return getattr(obj, name)(*args)
+            if name in _PRICED_METHODS:
+                return _plain_method(getattr(obj, name), args, {})
+            return getattr(obj, name)(*args)  # get, keys, items...: constant time
         return self.call(context, self.getattr(obj, name), *args, **(extra or {}))
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
-        wrapped = super().wrap_str_format(value)
-        return None if wrapped is None else limits.guard_format(wrapped, value.__self__)
+        """jinja2's sandboxed ``str.format``, with a formatter that checks every field it writes."""
+        if not isinstance(value, (types.MethodType, types.BuiltinMethodType)) or value.__name__ not in _STR_FORMAT:
+            return None
+        f_self: Any = value.__self__
+        if not isinstance(f_self, str):
+            return None
+        str_type: type[str] = type(f_self)
+        is_format_map = value.__name__ == "format_map"
+
+        def wrapper(*args: Any, **kwargs: Any) -> str:
+            formatter: _SandboxedFormatter
+            if isinstance(f_self, Markup):
+                formatter = _SandboxedEscapeFormatter(self, escape=f_self.escape)
+            else:
+                formatter = _SandboxedFormatter(self)
+            if is_format_map:
+                if kwargs:
+                    raise TypeError("format_map() takes no keyword arguments")
+                if len(args) != 1:
+                    raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
+                kwargs = args[0]
+                args = ()
+            return str_type(formatter.vformat(f_self, args, kwargs))
+
+        return update_wrapper(wrapper, value)
+
+
+#: methods of plain values whose cost or result grows with the value or an argument
+_PRICED_METHODS = frozenset({"copy", "count", "index", "fromkeys", "to_bytes"})
+
+
+def _plain_method(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A vetted method of a dict, list, tuple or number (``get``, ``items``, ``count``...), paid for when large."""
+    owner = method.__self__
+    name = method.__name__
+    if isinstance(owner, (list, tuple, dict)):
+        if len(owner) > limits.FAST_SIZE and name in ("copy", "count", "index"):
+            limits.active().spend(len(owner) >> 8)
+        if name == "fromkeys" and args:
+            args = (limits.counted_input(args[0], "dict.fromkeys()"), *args[1:])
+            return limits.built(method(*args, **kwargs))
+    elif name == "to_bytes":
+        length = args[0] if args else kwargs.get("length", 1)
+        if isinstance(length, int):
+            limits.check_size(length, "a bytes value")
+    return method(*args, **kwargs)
 
 
 #: str methods a template may call directly: every public one but format/format_map (which the sandbox wraps)
@@ -388,9 +695,15 @@ _STR_METHODS = {
 
 
 @jinja2.pass_context
-def _counted(_context: Any, iterable: Any) -> Iterable[Any]:
+def _counted(_context: Any, iterable: Any, weight: int = 1) -> Iterable[Any]:
     # pass_context keeps jinja2 from evaluating the loop at compile time
-    return limits.counted(iterable)
+    return limits.counted(iterable, weight)
+
+
+@jinja2.pass_context
+def _spend(_context: Any, _value: Any, steps: int) -> str:
+    limits.spend(steps)
+    return ""
 
 
 #: The one environment. Its globals are fixed and templates cannot change them, so sharing it is safe.

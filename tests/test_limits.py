@@ -1,0 +1,124 @@
+"""The budget's mechanics: what pays for what, and what is measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chatcodec import ChatTemplate, InputError, LimitError, Limits, TemplateRuntimeError, sandbox
+from chatcodec import limits as budgets
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def render(source: str, **limits: Any) -> str:
+    return ChatTemplate(source, limits=Limits(**limits)).render(USER)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"timeout": 0}, {"timeout": -1.0}, {"timeout": float("nan")}, {"timeout": "5"}, {"max_output": 0},
+     {"max_memory": 1.5}, {"max_depth": True}, {"isolate": "yes"}],
+)  # fmt: skip
+def test_bad_limits_are_an_input_error(options: dict[str, Any]) -> None:
+    with pytest.raises(InputError, match="Limits"):
+        Limits(**options)
+
+
+def test_expanded_size_counts_shared_parts_as_often_as_they_occur() -> None:
+    inner = ["x" * 100]
+    assert budgets.expanded_size(inner, 10**6) == 4 + 4 + 100
+    twice = [inner, inner]
+    assert budgets.expanded_size(twice, 10**6) == 4 + 2 * (4 + 104)
+    doubling: Any = ["x"]
+    for _ in range(200):  # 2**200 references: measured once per distinct list, and stopped at the limit
+        doubling = [doubling, doubling]
+    assert budgets.expanded_size(doubling, 10**6) > 10**6
+
+
+def test_expanded_size_calls_a_container_that_holds_itself_endless() -> None:
+    ns = sandbox.TemplateNamespace()
+    ns["me"] = [ns]
+    assert budgets.expanded_size([ns], 10**6) > 10**6
+
+
+def test_a_namespace_that_holds_itself_still_prints() -> None:
+    """A namespace pointing at itself is not amplification: printing it shows `...`, as transformers does."""
+    out = render("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns.a }}")
+    assert out == "1"
+
+
+def test_literals_holding_plain_values_are_not_measured() -> None:
+    calls = []
+    original = budgets.check_expanded
+
+    def spy(value: Any, what: str) -> Any:
+        calls.append(value)
+        return original(value, what)
+
+    budgets.check_expanded = spy  # type: ignore[assignment]
+    try:
+        assert render("{{ ['a', 1, none, [], {}]|length }}{{ {'k': 'v'}|length }}") == "51"
+        assert calls == []
+        assert render("{% set l = [[1], [2]] %}{{ [l, l]|length }}") == "2"
+        assert len(calls) == 1  # only the literal holding non-empty lists: [[1], [2]] is a constant
+    finally:
+        budgets.check_expanded = original  # type: ignore[assignment]
+
+
+def test_sum_of_lists_is_built_in_one_pass_with_the_same_result() -> None:
+    assert render("{{ [[1], [2, 3], []]|sum(start=[]) }}") == "[1, 2, 3]"
+    assert render("{{ [(1,), (2,)]|sum(start=()) }}") == "(1, 2)"
+    assert render("{{ [{'a': [1]}, {'a': [2]}]|sum(attribute='a', start=[0]) }}") == "[0, 1, 2]"
+    with pytest.raises(TemplateRuntimeError, match='can only concatenate list \\(not "tuple"\\) to list'):
+        render("{{ [[1], (2,)]|sum(start=[]) }}")
+
+
+def test_long_straight_templates_get_checkpoints() -> None:
+    """A template run once, with no loop, still reads the clock every ~1024 steps."""
+    long = "{% set x = y ~ 'a' %}" * 5000  # 10,000 steps: no loop, so no step is paid without checkpoints
+    code = sandbox.environment.compile(long, raw=True)
+    assert "_cc_spend" in code
+    budget = budgets.Budget(Limits(timeout=1e-9))
+    with pytest.raises(LimitError, match="longer than"):
+        sandbox.run(sandbox.compile_template(long), {}, budget=budget)
+    assert "_cc_spend" not in sandbox.environment.compile("{% set x = y ~ 'a' %}" * 100, raw=True)
+
+
+def test_a_loop_reads_the_clock_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long loop over a list is paid for as it goes, so the clock is read during it, not only before."""
+    ticks = []
+    original = budgets.Budget.tick
+    monkeypatch.setattr(budgets.Budget, "tick", lambda self: (ticks.append(self.steps), original(self)))
+    template = sandbox.compile_template("{% for x in items %}{{ x }}{% endfor %}")
+    sandbox.run(template, {"items": list(range(50000))}, budget=budgets.Budget(Limits()))
+    assert len(ticks) >= 50000 // budgets.STEP_CHUNK - 1
+    ticks.clear()
+    heavy = sandbox.compile_template("{% for x in items %}{{ (x ~ 'a')|upper|lower|trim|length }}{% endfor %}")
+    sandbox.run(heavy, {"items": list(range(50000))}, budget=budgets.Budget(Limits()))
+    assert len(ticks) >= 5 * 50000 // budgets.STEP_CHUNK - 1  # five operations per item weigh five steps
+
+
+def test_str_methods_refuse_what_would_explode() -> None:
+    with pytest.raises(LimitError):
+        render("{{ ('a' * 100000).strip('b' * 100000 ~ 'a') }}", timeout=0.1)
+    with pytest.raises(LimitError):
+        render("{{ 'x'.encode().ljust(1000000000) }}")
+    with pytest.raises(LimitError):
+        render("{{ (7).to_bytes(1000000000, 'big') }}")
+    assert render("{{ 'abc'.strip('c') }}{{ 'a,b'.split(',')|length }}") == "ab2"
+
+
+def test_markup_methods_are_checked_too() -> None:
+    with pytest.raises(LimitError):
+        render("{{ ('x'|safe).center(1000000000) }}")
+    assert render("{{ ('<b>'|safe).center(5) }}") == " <b> "
+
+
+def test_memory_budget_counts_what_the_render_keeps() -> None:
+    """Values a render keeps alive (here in recursion) count against max_memory, not each one alone."""
+    keep = "{% macro f(s, n) %}{% if n %}{{ f(s[1:], n - 1) }}{% endif %}{% endmacro %}{{ f('ab' * 2000000, 60) }}"
+    with pytest.raises(LimitError, match="more than 64 MiB of memory"):
+        render(keep, max_memory=64 * 2**20)
+    assert render(keep, max_memory=2**30) == ""
