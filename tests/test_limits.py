@@ -1,12 +1,15 @@
-"""The budget's mechanics: what pays for what, and what is measured."""
+"""The budget's mechanics: what pays, what is measured, and the isolated worker process."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from typing import Any
 
 import pytest
 
-from chatcodec import ChatTemplate, InputError, LimitError, Limits, TemplateRuntimeError, sandbox
+from chatcodec import ChatTemplate, InputError, LimitError, Limits, TemplateRaisedError, TemplateRuntimeError, sandbox
 from chatcodec import limits as budgets
 
 USER = [{"role": "user", "content": "hi"}]
@@ -122,3 +125,65 @@ def test_memory_budget_counts_what_the_render_keeps() -> None:
     with pytest.raises(LimitError, match="more than 64 MiB of memory"):
         render(keep, max_memory=64 * 2**20)
     assert render(keep, max_memory=2**30) == ""
+
+
+# --- Limits(isolate=True) ------------------------------------------------------------------------------
+
+posix_only = pytest.mark.skipif(os.name != "posix", reason="isolation uses POSIX process limits")
+
+
+@posix_only
+def test_isolated_renders_match_in_process_renders() -> None:
+    source = "{% for m in messages %}<{{ m.role }}>{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}"
+    chat = [{"role": "user", "content": "hi é"}, {"role": "assistant", "content": "yo \udc80"}]
+    plain, isolated = ChatTemplate(source), ChatTemplate(source, limits=Limits(isolate=True))
+    assert isolated.render(chat) == plain.render(chat)
+    assert isolated.render_spans(chat) == plain.render_spans(chat)
+
+
+@posix_only
+def test_isolated_errors_keep_their_type_and_place() -> None:
+    isolated = Limits(isolate=True)
+    with pytest.raises(TemplateRaisedError, match="nope") as raised:
+        ChatTemplate("\n{{ raise_exception('nope') }}", limits=isolated, name="t").render(USER)
+    assert raised.value.template_name == "t" and raised.value.lineno == 2
+    with pytest.raises(TemplateRuntimeError) as failed:
+        ChatTemplate("{{ x.y }}", limits=isolated).render(USER)
+    assert failed.value.python_type == "UndefinedError"
+    with pytest.raises(LimitError, match=r"longer than 0\.5 s"):
+        ChatTemplate("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+                     limits=Limits(isolate=True, timeout=0.5)).render(USER)  # fmt: skip
+
+
+@posix_only
+def test_the_operating_system_stops_what_the_budget_does_not_see() -> None:
+    """The JSON encoder allocates its text in one call, before any budget can see it: the address-space
+    limit of the worker stops it, the render is a LimitError, and the next render gets a working worker."""
+    bomb = "{{ (['x' * 1000000] * 15)|tojson }}"
+    with pytest.raises(LimitError, match="memory"):
+        ChatTemplate(bomb, limits=Limits(isolate=True, max_memory=4 * 2**20)).render(USER)
+    assert ChatTemplate("ok", limits=Limits(isolate=True)).render(USER) == "ok"
+
+
+@posix_only
+def test_a_worker_that_stops_answering_is_killed() -> None:
+    from chatcodec import isolate
+
+    template = ChatTemplate("{{ messages[0].content }}", limits=Limits(isolate=True, timeout=0.2))
+    assert template.render(USER) == "hi"  # a worker is now idle in the pool
+    worker = isolate._IDLE[-1]
+    os.kill(worker.process.pid, signal.SIGSTOP)  # as if it hung in the middle of a render
+    errors: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            template.render(USER)
+        except LimitError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    thread.join(30)
+    assert errors and "longer than 0.2 s" in str(errors[0])
+    assert worker.process.poll() is not None  # killed, not left behind
+    assert template.render(USER) == "hi"

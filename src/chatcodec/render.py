@@ -258,16 +258,25 @@ class ChatTemplate:
         continued = None
         if continue_final_message:
             continued = _tag_final_message(chat, continue_final_message, self._sources[key])
-        budget = Budget(self.limits, now=now, track_generation=track_generation)
         try:
-            text = sandbox.run(compiled, variables, name=self._label(key), budget=budget)
+            if self.limits.isolate:
+                from . import isolate  # imported on first use: only isolated renders need a worker process
+
+                text, spans = isolate.render(
+                    self._sources[key], variables, name=self._label(key), limits=self.limits, now=now,
+                    track_generation=track_generation,
+                )  # fmt: skip
+            else:
+                budget = Budget(self.limits, now=now, track_generation=track_generation)
+                text = sandbox.run(compiled, variables, name=self._label(key), budget=budget)
+                spans = budget.spans or []
         except TemplateRuntimeError as exc:
             if not names and not isinstance(exc, TemplateRaisedError):  # the chat is still the caller's
                 _point_at_input(exc, chat, messages)
             raise
         if continued is not None:
             text = _cut_at_tag(text, continued)
-        return text, budget.spans or [], applied
+        return text, spans, applied
 
 
 # --- preprocessing: what the template sees ---------------------------------------------------------
