@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,61 @@ def test_a_folder_named_like_a_builtin_wins(tmp_path: Path, monkeypatch: pytest.
     (tmp_path.parent / "qwen3").mkdir(exist_ok=True)
     shutil.copy(tmp_path / "chat_template.jinja", tmp_path.parent / "qwen3" / "chat_template.jinja")
     assert load_template("qwen3").source == template_source("chujiezheng-zephyr")
+
+
+def _gguf_with(path: Path, build: Any) -> Path:
+    gguf = pytest.importorskip("gguf", reason="the gguf extra (pip install 'chatcodec[gguf]') is not installed")
+    writer = gguf.GGUFWriter(str(path), "llama")
+    build(writer)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+HOSTILE_FILES = {
+    "JSON nested 100,000 deep": lambda p: write(p / "tokenizer_config.json", "[" * 100000 + "]" * 100000).parent,
+    "a 5,000-digit integer": lambda p: write(
+        p / "tokenizer_config.json", '{"chat_template": "x", "n": ' + "9" * 5000 + "}"
+    ),
+    "a UTF-8 byte order mark": lambda p: write(p / "tokenizer_config.json", '\ufeff{"chat_template": "x"}'),
+    "a template name that is a list": lambda p: write(
+        p / "tokenizer_config.json", {"chat_template": [{"name": [1], "template": "x"}]}
+    ),
+    "a template that is a number": lambda p: write(
+        p / "tokenizer_config.json", {"chat_template": [{"name": "default", "template": 5}]}
+    ),
+    "a processor template that is a list": lambda p: write(p / "chat_template.json", {"chat_template": [1]}).parent,
+    "a deep special_tokens_map.json": lambda p: (
+        write(p / "tokenizer_config.json", {"chat_template": "x"}),
+        write(p / "special_tokens_map.json", "[" * 100000 + "]" * 100000),
+    )[0],
+    "a template nested 100,000 deep": lambda p: write(p / "chat_template.jinja", "{{ " + "(" * 100000 + ")" * 100000),
+    "5,000 nested blocks": lambda p: write(p / "chat_template.jinja", "{% if 1 %}" * 5000 + "{% endif %}" * 5000),
+    "a directory where a template should be": lambda p: (
+        (
+            write(p / "chat_template.jinja", "x"),
+            (p / "additional_chat_templates" / "tool_use.jinja").mkdir(parents=True),
+        )[0].parent
+    ),
+    "a name with a NUL byte": lambda p: str(p / "a\x00b"),
+    "a name too long for the system": lambda p: str(p / ("a" * 5000)),
+    "a symlink loop": lambda p: (os.symlink(p / "a", p / "b"), os.symlink(p / "b", p / "a"), p / "a")[2],
+    "a truncated GGUF file": lambda p: write(p / "m.gguf", "GGUF\x03\x00\x00\x00" + "\xff" * 16),
+    "GGUF template names that are not a list": lambda p: _gguf_with(
+        p / "m.gguf",
+        lambda w: (w.add_chat_template("{{ 1 }}"), w.add_uint32("tokenizer.chat_templates", 7)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_FILES))
+def test_hostile_files_raise_only_chatcodec_errors(tmp_path: Path, name: str) -> None:
+    from chatcodec import ChatcodecError
+
+    target = HOSTILE_FILES[name](tmp_path)
+    try:
+        load_template(target)
+    except ChatcodecError as exc:
+        assert str(exc) and "\n" not in str(exc).strip()

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .exceptions import LoadError, TemplateNotFoundError
+from .exceptions import ChatcodecError, LoadError, TemplateNotFoundError
 from .render import ChatTemplate
 
 __all__ = ["BuiltinTemplate", "builtin_templates", "load_template", "special_tokens_from_config"]
@@ -70,16 +70,16 @@ def load_template(source: str | Path, *, name: str | None = None) -> ChatTemplat
     '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
     """
     text = str(source)
-    path = Path(text).expanduser()
+    path = _path(text)
     builtins = builtin_templates()
-    if text in builtins and not path.exists():
+    if text in builtins and not _is(path, Path.exists):
         template = builtins[text].load()
         if name:
             template.name = name
         return template
-    if path.is_dir():
+    if _is(path, Path.is_dir):
         return _from_folder(path, name or path.name)
-    if path.is_file():
+    if _is(path, Path.is_file):
         return _from_file(path, name)
     hint = _closest(text, builtins)
     raise TemplateNotFoundError(
@@ -91,9 +91,33 @@ def load_template(source: str | Path, *, name: str | None = None) -> ChatTemplat
 
 # --- files ------------------------------------------------------------------------------------------
 
+#: largest template or configuration file read (a tokenizer_config.json is a few MB at most)
+MAX_FILE_SIZE = 256 * 2**20
+
+
+def _path(text: str) -> Path:
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # "~someone" without such a user: take it literally
+        return Path(text)
+
+
+def _is(path: Path, test: Any) -> bool:
+    """``path.exists()`` or ``is_dir()``/``is_file()``, False for names the system cannot even look up."""
+    try:
+        return bool(test(path))
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        return False
+
 
 def _read_text(path: Path) -> str:
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_SIZE:
+            raise LoadError(
+                f"{path} is {size // 2**20:,} MiB, too large for a chat template or tokenizer configuration"
+                f" (at most {MAX_FILE_SIZE // 2**20} MiB)."
+            )
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise LoadError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
@@ -106,6 +130,10 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
         raise LoadError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
+    except RecursionError:
+        raise LoadError(f"{path} nests too deeply to read.") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise LoadError(f"{path} is not valid JSON: {exc}.") from None
     if not isinstance(data, dict):
         raise LoadError(f"{path} should hold a JSON object, but holds a {type(data).__name__}.")
     return data
@@ -151,7 +179,8 @@ def _from_folder(folder: Path, name: str) -> ChatTemplate:
     if not templates and legacy.is_file():
         data = _read_json(legacy)
         if data.get("chat_template") is not None:
-            templates = {"default": data["chat_template"]}
+            found = _templates_from_config(data["chat_template"], legacy)
+            templates = found if isinstance(found, dict) else {"default": found}
     if not templates:
         raise TemplateNotFoundError(
             f"The folder {folder} has no chat template: looked for chat_template.jinja,"
@@ -165,9 +194,13 @@ def _templates_from_config(value: Any, path: Path) -> str | dict[str, str]:
     """A config's ``chat_template``: a string, or a list of ``{"name", "template"}`` entries."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(e, dict) and {"name", "template"} <= set(e) for e in value):
+    if isinstance(value, list) and all(
+        isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("template"), str) for e in value
+    ):
         return {entry["name"]: entry["template"] for entry in value}
-    raise LoadError(f"The chat_template in {path} is neither a string nor a list of {{name, template}} entries.")
+    raise LoadError(
+        f"The chat_template in {path} is neither a string nor a list of {{name, template}} entries with string values."
+    )
 
 
 def special_tokens_from_config(path: Path) -> dict[str, str]:
@@ -214,9 +247,14 @@ def _from_gguf(path: Path, name: str) -> ChatTemplate:
     except ImportError:
         raise LoadError(f"Reading {path.name} needs the gguf package: pip install 'chatcodec[gguf]'.") from None
     try:
-        reader = GGUFReader(path)
-    except Exception as exc:
+        return _read_gguf(GGUFReader(path), path, name)
+    except ChatcodecError:
+        raise
+    except Exception as exc:  # a malformed file fails anywhere inside the reader
         raise LoadError(f"{path} is not a readable GGUF file: {exc}.") from None
+
+
+def _read_gguf(reader: Any, path: Path, name: str) -> ChatTemplate:
     fields = reader.fields
 
     def value(key: str) -> Any:
@@ -227,9 +265,10 @@ def _from_gguf(path: Path, name: str) -> ChatTemplate:
     default = value("tokenizer.chat_template")
     if isinstance(default, str):
         templates["default"] = default
-    for extra in value("tokenizer.chat_templates") or []:
+    extras = value("tokenizer.chat_templates")
+    for extra in extras if isinstance(extras, list) else []:
         text = value(f"tokenizer.chat_template.{extra}")
-        if isinstance(text, str):
+        if isinstance(extra, str) and isinstance(text, str):
             templates[extra] = text
     if not templates:
         raise TemplateNotFoundError(f"The GGUF file {path} has no tokenizer.chat_template in its metadata.")
@@ -239,7 +278,9 @@ def _from_gguf(path: Path, name: str) -> ChatTemplate:
     for kind in ("bos", "eos", "unk", "sep", "pad", "cls", "mask"):
         token_id = value(f"tokenizer.ggml.{kind}_token_id")
         if vocab is not None and isinstance(token_id, int) and 0 <= token_id < len(vocab.data):
-            tokens[f"{kind}_token"] = vocab.contents(token_id)
+            token = vocab.contents(token_id)
+            if isinstance(token, str):
+                tokens[f"{kind}_token"] = token
     return ChatTemplate(templates if list(templates) != ["default"] else templates["default"],
                         special_tokens=tokens, name=name)  # fmt: skip
 
