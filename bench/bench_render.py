@@ -1,7 +1,8 @@
 """Render speed and import cost of chatcodec, side by side with transformers 5.24 and jinja2, in one run.
 
-    python bench/bench_render.py            # every corpus template x conversation x option set
-    python bench/bench_render.py --quick    # fewer repetitions
+    python bench/bench_render.py                 # every corpus template x conversation x option set
+    python bench/bench_render.py --quick         # fewer repetitions
+    python bench/bench_render.py --before main   # also chatcodec as of a git revision ("before"), same run
 
 Prints ratios (how many times faster chatcodec is), never absolute pass/fail thresholds. Needs the dev
 extra (transformers) and ../shared/corpus beside the checkout.
@@ -11,11 +12,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
+import io
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -58,6 +63,26 @@ def import_cost(module: str, runs: int) -> float:
     return median_run(f"import {module}") - baseline
 
 
+def load_revision(revision: str) -> Any:
+    """chatcodec as of git ``revision``, imported beside the current one as the package ``chatcodec_before``."""
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", "--format=tar", revision, "src/chatcodec"], check=True, capture_output=True
+    ).stdout
+    target = Path(tempfile.mkdtemp(prefix="chatcodec-before-"))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    package = target / "src" / "chatcodec"
+    spec = importlib.util.spec_from_file_location(
+        "chatcodec_before", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["chatcodec_before"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def reference_tokenizer(special_tokens: dict[str, str]) -> Any:
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
@@ -69,6 +94,7 @@ def reference_tokenizer(special_tokens: dict[str, str]) -> Any:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter timing loops")
+    parser.add_argument("--before", metavar="REV", help="also time chatcodec as of this git revision")
     args = parser.parse_args()
     if not CORPUS.is_dir():
         print(f"needs the corpus at {CORPUS}", file=sys.stderr)
@@ -79,6 +105,8 @@ def main() -> int:
     import transformers.utils.chat_template_utils as ctu
 
     import chatcodec
+
+    before = load_revision(args.before) if args.before else None
 
     class Fixed(datetime):
         @classmethod
@@ -92,17 +120,22 @@ def main() -> int:
     conversations = json.loads((CORPUS / "conversations.json").read_text())["conversations"]
     print(
         f"chatcodec {chatcodec.__version__} vs transformers {transformers.__version__}; Python {sys.version.split()[0]}"
+        + (f"; 'before' is chatcodec at {args.before}" if before else "")
     )
-    print(f"{'template':<45} {'cases':>5} {'transformers':>13} {'chatcodec':>10} {'speed-up':>9}")
+    header = f"{'template':<45} {'cases':>5} {'transformers':>13} {'chatcodec':>10} {'speed-up':>9}"
+    print(header + (f" {'before':>10} {'now/before':>10}" if before else ""))
 
     per_template = []
     all_ratios = []
+    per_template_change = []
+    all_changes = []
     for entry in manifest:
         source = (CORPUS / entry["file"]).read_text(encoding="utf-8")
         template = chatcodec.ChatTemplate(source, special_tokens=entry["special_tokens"], name=entry["name"])
+        old = before.ChatTemplate(source, special_tokens=entry["special_tokens"]) if before else None
         tokenizer = reference_tokenizer(entry["special_tokens"])
         tokenizer.chat_template = source
-        ours_times, theirs_times = [], []
+        ours_times, theirs_times, old_times = [], [], []
         for conv in conversations:
             for options in conv["option_sets"]:
                 messages, tools = conv["messages"], conv["tools"]
@@ -123,19 +156,37 @@ def main() -> int:
                 theirs_times.append(per_call(theirs, budget, repeats))
                 ours_times.append(per_call(ours, budget, repeats))
                 all_ratios.append(theirs_times[-1] / ours_times[-1])
+                if old is not None:
+
+                    def older(m: Any = messages, t: Any = tools, o: Any = options, chat: Any = old) -> Any:
+                        return chat.render(m, tools=t, now=NOW, **o)
+
+                    old_times.append(per_call(older, budget, repeats))
+                    all_changes.append(ours_times[-1] / old_times[-1])
         if not ours_times:
             continue
         t_theirs, t_ours = statistics.median(theirs_times), statistics.median(ours_times)
         per_template.append(t_theirs / t_ours)
-        print(
+        line = (
             f"{entry['name']:<45} {len(ours_times):>5} {t_theirs * 1e6:>11.1f}us {t_ours * 1e6:>8.1f}us"
             f" {t_theirs / t_ours:>8.2f}x"
         )
+        if old_times:
+            t_old = statistics.median(old_times)
+            per_template_change.append(t_ours / t_old)
+            line += f" {t_old * 1e6:>8.1f}us {t_ours / t_old:>9.3f}x"
+        print(line)
 
     print()
     print(f"median speed-up over {len(all_ratios)} renders:        {statistics.median(all_ratios):.2f}x")
     print(f"median speed-up over {len(per_template)} templates:      {statistics.median(per_template):.2f}x")
     print(f"slowest template speed-up:                 {min(per_template):.2f}x")
+    if per_template_change:
+        print(
+            f"render time now / before: median over renders {statistics.median(all_changes):.3f},"
+            f" over templates {statistics.median(per_template_change):.3f},"
+            f" worst template {max(per_template_change):.3f}"
+        )
 
     # the issue's reference point: the Qwen3 template with a 10-turn chat
     qwen = next(e for e in manifest if e["name"] == "Qwen-Qwen3-0.6B")
@@ -151,10 +202,15 @@ def main() -> int:
     tokenizer.chat_template = source
     t_theirs = per_call(lambda: tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True), 0.2, 5)
     t_ours = per_call(lambda: template.render(chat, add_generation_prompt=True), 0.2, 5)
-    print(
+    line = (
         f"Qwen3, 10-turn chat:  transformers {t_theirs * 1e6:.1f}us, chatcodec {t_ours * 1e6:.1f}us,"
         f" {t_theirs / t_ours:.2f}x"
     )
+    if before:
+        old = before.ChatTemplate(source, special_tokens=qwen["special_tokens"])
+        t_old = per_call(lambda: old.render(chat, add_generation_prompt=True), 0.2, 5)
+        line += f"; before {t_old * 1e6:.1f}us (now/before {t_ours / t_old:.3f})"
+    print(line)
 
     runs = 5 if args.quick else 15
     jinja_s, ours_s = import_cost("jinja2", runs), import_cost("chatcodec", runs)
