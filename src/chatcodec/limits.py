@@ -133,8 +133,8 @@ class Budget:
         #: bytes of large values made so far, and the count at which memory is read next
         self.alloc = 0
         self.alloc_check = _FIRST_MEMORY_CHECK
-        #: the process's resident memory before the render, estimated at the first reading
-        self.rss_base: int | None = None
+        #: the process's memory before the render (resident, allocated), estimated at the first reading
+        self.rss_base: tuple[int, ...] | None = None
         #: characters the root of the template has produced so far; ``{% generation %}`` spans use it
         self.emitted = 0
         self.spans: list[tuple[int, int]] | None = [] if track_generation else None
@@ -182,17 +182,31 @@ class Budget:
         self.spend(count)
 
     def _check_memory(self) -> None:
-        used = _resident_memory()
+        # Two readings, as each can miss growth: resident memory does not grow while the allocator reuses
+        # memory it kept from earlier work, and the allocator's own count misses Python's small-object arenas.
+        used = _memory_in_use()
         if self.rss_base is None:
             # what the process held before this render, roughly: now, less what the render has made
-            self.rss_base = (used if used is not None else 0) - self.alloc
-        grown = (used - self.rss_base) if used is not None else self.alloc
+            self.rss_base = tuple(u - self.alloc for u in used)
+        grown = max((u - b for u, b in zip(used, self.rss_base, strict=True)), default=self.alloc)
         self.alloc_check = self.alloc + self.limits.max_memory // 8
         if grown > self.limits.max_memory:
             raise LimitError(
                 f"The render used more than {self.limits.max_memory // 2**20:,} MiB of memory, the memory"
                 " limit. Raise Limits(max_memory=...) if the input really needs it."
             )
+
+
+def _memory_in_use() -> tuple[int, ...]:
+    """The process's resident memory, and what its C allocator has handed out (where each is known)."""
+    readings = []
+    rss = _resident_memory()
+    if rss is not None:
+        readings.append(rss)
+    heap = _allocated()
+    if heap is not None:
+        readings.append(heap)
+    return tuple(readings)
 
 
 def _resident_memory() -> int | None:
@@ -208,6 +222,38 @@ def _resident_memory() -> int | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+_MALLINFO: list[Any] = []
+
+
+def _allocated() -> int | None:
+    """Bytes glibc's allocator has handed out and not taken back (``mallinfo2``), or None elsewhere."""
+    if not _MALLINFO:
+        _MALLINFO.append(_load_mallinfo())
+    mallinfo = _MALLINFO[0]
+    if mallinfo is None:
+        return None
+    info = mallinfo()
+    return int(info.uordblks + info.hblkhd)
+
+
+def _load_mallinfo() -> Any:
+    try:
+        import ctypes
+
+        function = ctypes.CDLL(None).mallinfo2
+    except (ImportError, OSError, AttributeError):  # not glibc (or older than 2.33)
+        return None
+
+    names = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+
+    class Info(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in names]
+
+    function.restype = Info
+    function.argtypes = []
+    return function
 
 
 try:
@@ -235,10 +281,10 @@ def deactivate(token: Any) -> None:
     _ACTIVE.reset(token)
 
 
-def check_size(size: int, what: str = "a value") -> None:
-    """Refuse to build ``what`` of ``size`` characters or items if over the limit; pay for it if large."""
+def check_size(size: int, what: str = "a value", nbytes: int = 0) -> None:
+    """Refuse to build ``what`` of ``size`` characters or items (``nbytes`` bytes) if over the limit; pay if large."""
     if size > FAST_SIZE:
-        _ACTIVE.get().big(size, what, size)
+        _ACTIVE.get().big(size, what, nbytes or size)
 
 
 def spend(steps: int) -> None:
@@ -493,7 +539,7 @@ def mul(left: Any, right: Any) -> Any:
 
 def _repeat(value: Any, times: int) -> Any:
     if times > 1:
-        check_size(len(value) * times, "a repeated string or list")
+        check_size(len(value) * times, "a repeated string or list", _bytes(value) * times)
         if not isinstance(value, (str, bytes)):
             limit = _ACTIVE.get().limits.max_output
             if expanded_size(value, limit // times + 1) * times > limit:
