@@ -499,7 +499,8 @@ class Toolbox:
         - ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``, a tool's name or
           ``{"type": "function", "function": {"name": ...}}``) is sent in the first round. A forcing
           choice (``"required"`` or a name) then returns to ``"auto"`` so that the loop can end, unless
-          ``reset_tool_choice=False``.
+          ``reset_tool_choice=False``. ``tool_choice`` may also be a function of the round's index and
+          the transcript so far that returns each round's choice (``None`` sends none).
         - At most ``max_rounds`` requests are made; the last one is sent with tool choice ``"none"``
           (unless it is also a first round with a forcing choice), so that the model answers. Calls it
           makes anyway are run, and the transcript then ends with their results.
@@ -594,7 +595,8 @@ class _Loop:
         self.model = model
         self.max_rounds = max_rounds
         self.style = style
-        self.first_choice = _tool_choice(tool_choice, toolbox)
+        self.policy: Callable[[int, list[Message]], Any] | None = tool_choice if callable(tool_choice) else None
+        self.first_choice = None if self.policy is not None else _tool_choice(tool_choice, toolbox)
         self.reset = reset_tool_choice
         self.params = params
         self.round = 0
@@ -605,9 +607,12 @@ class _Loop:
     def next_request(self) -> dict[str, Any] | None:
         if self.done:
             return None
-        choice = self.first_choice
-        if self.round > 0 and self.reset and _forcing(choice):
-            choice = "auto"
+        if self.policy is not None:
+            choice = _tool_choice(self.policy(self.round, list(self.transcript)), self.toolbox)
+        else:
+            choice = self.first_choice
+            if self.round > 0 and self.reset and _forcing(choice):
+                choice = "auto"
         if self.round == self.max_rounds - 1 and not (self.round == 0 and _forcing(choice)):
             choice = "none"
         request: dict[str, Any] = {"model": self.model, "messages": self.transcript}
@@ -841,6 +846,11 @@ def _legacy_choice(choice: Any) -> Any:
     """The legacy ``function_call`` for a tool choice: ``{"name": ...}`` for a named one."""
     if isinstance(choice, Mapping):
         return {"name": choice["function"]["name"]}
+    if choice == "required":
+        raise InputError(
+            "The legacy functions style has no tool_choice 'required': its function_call takes auto, none or a"
+            " function's name. Name the function, or use style='tools'."
+        )
     return choice
 
 

@@ -320,3 +320,73 @@ def test_bad_clients_messages_and_replies(toolbox: Toolbox) -> None:
 
     with pytest.raises(ChatcodecError, match="The model's reply has no choices"):
         toolbox.run(Empty(), [{"role": "user", "content": "hi"}], model="m")
+
+
+def each_tool_once(names: list[str]) -> Callable[[int, list[dict[str, Any]]], Any]:
+    """required first; then, by name, each tool not called yet; then none."""
+
+    def policy(index: int, transcript: list[dict[str, Any]]) -> Any:
+        if index == 0:
+            return "required"
+        called = {c["function"]["name"] for m in transcript for c in m.get("tool_calls") or ()}
+        called |= {m["function_call"]["name"] for m in transcript if m.get("function_call")}
+        missing = [name for name in names if name not in called]
+        return missing[0] if missing else "none"
+
+    return policy
+
+
+def test_a_tool_choice_policy_per_round(toolbox: Toolbox) -> None:
+    """A model that only ever picks one tool under required is led to the other by name, then asked to answer."""
+
+    def script(body: dict[str, Any]) -> Reply:
+        choice = body.get("tool_choice", body.get("function_call"))
+        if choice == "none":
+            return answer()
+        if choice == "required":
+            return calls(BOTH[1])
+        name = choice["function"]["name"] if "function" in choice else choice["name"]
+        return calls(next(pair for pair in BOTH if pair[0] == name))
+
+    names = ["get_current_temperature", "get_temperature_date"]
+    server = Server(script)
+    transcript = toolbox.run(
+        server.client(), [{"role": "user", "content": QUESTION}], model="m", tool_choice=each_tool_once(names)
+    )
+    assert [r["tool_choice"] for r in server.requests] == [
+        "required",
+        {"type": "function", "function": {"name": "get_current_temperature"}},
+        "none",
+    ]
+    assert [m["role"] for m in transcript] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert transcript[-1] == {"role": "assistant", "content": ANSWER}
+
+    # the legacy form has no "required": name the tools in turn
+    legacy = Server(script)
+    toolbox.run(
+        legacy.client(),
+        [{"role": "user", "content": QUESTION}],
+        model="m",
+        style="functions",
+        tool_choice=lambda index, transcript: names[index] if index < len(names) else "none",
+    )
+    assert [r["function_call"] for r in legacy.requests] == [
+        {"name": "get_current_temperature"},
+        {"name": "get_temperature_date"},
+        "none",
+    ]
+    with pytest.raises(InputError, match="The legacy functions style has no tool_choice 'required'"):
+        toolbox.run(
+            legacy.client(),
+            [{"role": "user", "content": QUESTION}],
+            model="m",
+            style="functions",
+            tool_choice="required",
+        )
+    assert len(legacy.requests) == 3
+
+
+def test_a_policy_naming_an_unknown_tool_is_an_input_error(toolbox: Toolbox) -> None:
+    server = Server(seed_script)
+    with pytest.raises(InputError, match="tool_choice 'nope' is neither"):
+        toolbox.run(server.client(), [{"role": "user", "content": "hi"}], model="m", tool_choice=lambda i, t: "nope")
