@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 
-from chatcodec import ChatcodecError, ChatTemplate, InputError, LoadError, SpecialTokenError
+from chatcodec import ChatcodecError, ChatTemplate, InputError, LoadError, MaskError, SpecialTokenError
 from chatcodec.tokens import Codec, load
 
 from .conftest import SHARED, conversations, manifest, require_shared, template_source
@@ -326,7 +326,7 @@ def test_a_growing_chat_only_encodes_the_new_turn(monkeypatch: pytest.MonkeyPatc
     assert vocab is not None
     seen: list[str] = []
     original = vocab._encode_missing
-    monkeypatch.setattr(vocab, "_encode_missing", lambda keys: (seen.extend(k[0] for k in keys), original(keys)))
+    monkeypatch.setattr(vocab, "_encode_missing", lambda keys: (seen.extend(k[0] for k in keys), original(keys))[1])
     grown = codec.encode(messages)
     assert grown.input_ids == codec.encode(messages, content_special_tokens="allow").input_ids
     new_text = "".join(m["content"] for m in messages[-2:])
@@ -409,3 +409,88 @@ def test_the_separator_character_with_a_start_sensitive_tokenizer() -> None:
     assert codec.encode(messages).input_ids == tokenizer.encode(rendered, add_special_tokens=False).ids
     with pytest.raises(InputError, match="U\\+10FFFE"):
         codec.encode([{"role": "user", "content": f"a<eot>{NONCHARACTER}b"}])
+
+
+# --- errors belong to encode ------------------------------------------------------------------------------
+
+
+def test_a_mask_that_cannot_be_found_fails_in_encode_when_asked_for() -> None:
+    """A template that drops tool-call turns leaves nothing to supervise: encode says so when the mask is wanted,
+    and costs nothing more when it is not."""
+    codec = _codec("qwen3").with_template(
+        ChatTemplate(
+            "{% for m in messages %}{% if not m.tool_calls %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+            "{% endif %}{% endfor %}"
+        )
+    )
+    chat = conversations()["tools_single_call"]["messages"]
+    assert any(m["role"] == "assistant" and m.get("tool_calls") for m in chat)
+    with pytest.raises(MaskError, match="assistant turns"):
+        codec.encode(chat, return_assistant_tokens_mask=True)
+    enc = codec.encode(chat)  # no mask asked for: no layout work, and no error
+    assert enc._layout is None
+    with pytest.raises(MaskError):
+        _ = enc.assistant_mask
+    full = _codec("qwen3").encode(chat, return_assistant_tokens_mask=True)
+    assert full._layout is not None and any(full.assistant_mask)
+
+
+def _deep(depth: int) -> list[Any]:
+    root: list[Any] = []
+    node = root
+    for _ in range(depth):
+        node.append([])
+        node = node[0]
+    return root
+
+
+def _cyclic() -> dict[str, Any]:
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    return loop
+
+
+def _deep_tool() -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "f", "parameters": {"x": _deep(5000)}}}
+
+
+HOSTILE: list[tuple[str, Any, dict[str, Any]]] = [
+    ("content nested 5000 deep", [{"role": "user", "content": _deep(5000)}], {}),
+    ("a message that holds itself", [{"role": "user", "content": "x", "extra": _cyclic()}], {}),
+    ("tool arguments nested 5000 deep",
+     [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": _deep(5000)}}}]}], {}),
+    ("a tool nested 5000 deep", [{"role": "user", "content": "x"}], {"tools": [_deep_tool()]}),
+    ("template variables nested 5000 deep", [{"role": "user", "content": "x"}], {"extra": _deep(5000)}),
+    ("a lone surrogate", [{"role": "user", "content": "a\ud800b"}], {}),
+    ("a lone surrogate with a control token", [{"role": "user", "content": "<|im_end|>\udfff"}], {}),
+    ("messages as a number", 5, {}),
+    ("a message as a number", [5], {}),
+    ("tools as text", [{"role": "user", "content": "x"}], {"tools": "f"}),
+    ("documents as a number", [{"role": "user", "content": "x"}], {"documents": 5}),
+    ("a policy that does not exist", [{"role": "user", "content": "x"}], {"content_special_tokens": "strip"}),
+    ("a policy of the wrong type", [{"role": "user", "content": "x"}], {"content_special_tokens": ["escape"]}),
+    ("now as text", [{"role": "user", "content": "x"}], {"now": "today"}),
+    ("a template name that is a number", [{"role": "user", "content": "x"}], {"chat_template": 5}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "messages", "options"), HOSTILE, ids=[case for case, _, _ in HOSTILE])
+@pytest.mark.parametrize("policy", ["escape", "reject", "allow"])
+def test_encode_raises_only_chatcodec_errors(case: str, messages: Any, options: dict[str, Any], policy: str) -> None:
+    options = {"content_special_tokens": policy, **options}
+    with pytest.raises(ChatcodecError) as caught:
+        _codec("qwen3").encode(messages, **options)
+    assert "\n" not in str(caught.value), case
+
+
+def test_the_characters_stand_ins_use_can_be_content_too() -> None:
+    """Stand-ins are Yi syllables the conversation does not hold: text that holds them keeps them, exactly."""
+    codec = _codec("qwen3")
+    yi = "".join(chr(c) for c in range(0xA000, 0xA010))
+    for text in (f"{yi} a < b <|im_end|> {yi}", f"<|im_end|>{yi}", f"{yi}<think>"):
+        messages = [{"role": "system", "content": yi}, {"role": "user", "content": text}]
+        enc = codec.encode(messages)
+        assert enc.text == codec.template.render(messages)
+        assert codec.decode(enc.input_ids) == enc.text
+        assert enc.input_ids.count(151645) == 2  # the template's two ends of turn
+        assert [enc.text[s:e] for s, e in enc.escaped] == [t for t in ("<|im_end|>", "<think>") if t in text]

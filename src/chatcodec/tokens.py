@@ -7,19 +7,25 @@ A :class:`Codec` is a :class:`~chatcodec.ChatTemplate` plus a tokenizer from the
   ``add_special_tokens=False``, as ``apply_chat_template(tokenize=True)`` does (parity notes §2.10), so a
   template that writes BOS never gets a second one.
 * **content cannot forge control tokens.** Text that comes from the caller (every string in the
-  messages but their ``role``, and in ``tools`` and ``documents``) is tokenized as plain text, while the
-  template's own text still gets its special tokens. Each control-token occurrence in content is swapped
-  for an inert private-use character before rendering; the template text is then split at its real
-  control tokens, and each stretch of text between them is encoded by the model alone, with the
-  original token text put back (:class:`Vocabulary`).
+  messages, keys and roles included, and in ``tools`` and ``documents``) reaches the template with the
+  marks that open and close control tokens (``<``, ``>``, ``[``, ``]``) swapped for inert stand-ins
+  (:mod:`chatcodec.injection`). Control tokens are matched in the render with the stand-ins in place, so
+  whatever the template does with the text (concatenate, replace, lower-case, join parts), a control token
+  in the ids has its marks written by the template itself; the stand-ins are then put back and encoded as
+  plain text. A template that looks at those characters is rendered a second time with the caller's text
+  as written, and its control tokens are compared with the first render's.
 * **it is fast.** Those stretches are cached, so the turns a growing chat already had cost a lookup.
 
-Masks and per-message spans are computed on first use (:mod:`chatcodec.masks`).
+Masks and per-message spans are computed on first use (:mod:`chatcodec.masks`), or during
+:meth:`Codec.encode` with ``return_assistant_tokens_mask=True``, so that a conversation the mask cannot be
+found for fails there.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -27,10 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .exceptions import InputError, LoadError, SpecialTokenError
+from .injection import Marks, Shield, culprit, reads_marks, stand_ins_in, swap, template_variables_with_marks
 from .polyfills import Polyfill
-from .render import ChatTemplate, plain
+from .render import ChatTemplate
 from .templates import load_template
-from .vocab import Run, Vocabulary, alternation
+from .vocab import Matching, Run, Vocabulary, alternation
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -41,10 +48,7 @@ __all__ = ["Codec", "Encoding", "load"]
 
 ContentPolicy = Literal["escape", "reject", "allow"]
 _POLICIES = ("escape", "reject", "allow")
-
-#: escapes use plane-16 private-use characters; the masks use plane 15 (see chatcodec.masks)
-_ESCAPE_FIRST, _ESCAPE_LAST = 0x100000, 0x10FFFD
-_ESCAPE_RANGE = "[\U00100000-\U0010fffd]"
+_log = logging.getLogger("chatcodec")
 
 
 # --- loading -------------------------------------------------------------------------------------------
@@ -181,9 +185,15 @@ class Codec:
 
     def _set_control(self, chosen: Iterable[str], sources: str) -> None:
         self.control_tokens: frozenset[str] = frozenset(chosen)
-        # one pass finds control tokens and the private-use characters escapes must not collide with
-        self._scanner = re.compile(f"{alternation(self.control_tokens)}|{_ESCAPE_RANGE}")
-        self._reserved = set(re.findall(_ESCAPE_RANGE, sources))
+        vocab = self._vocab
+        self._marks = Marks(self.control_tokens, vocab.normalize if vocab and vocab.normalizer else None)
+        others = vocab.matched - self.control_tokens if vocab is not None else frozenset()
+        #: control tokens, and the added tokens content may still produce (as the model was trained to see them)
+        self._matching = Matching(self._marks.tokens, re.compile(alternation(others)) if others else None)
+        specials = "\0".join(self.template.special_tokens.values())
+        self._reserved = frozenset(stand_ins_in(sources + "\0" + specials))
+        self._sources = tuple(self.template.sources.values())
+        self._marked_variables = frozenset(template_variables_with_marks(self.template.special_tokens, self._marks))
 
     def __repr__(self) -> str:
         backend = (
@@ -202,6 +212,7 @@ class Codec:
         now: datetime | None = None,
         content_special_tokens: ContentPolicy = "escape",
         add_special_tokens: bool = False,
+        return_assistant_tokens_mask: bool = False,
         chat_template: str | None = None,
         polyfill: Polyfill = False,
         **template_kwargs: Any,
@@ -211,15 +222,18 @@ class Codec:
         ``polyfill`` is :meth:`ChatTemplate.render`'s: ``"auto"`` rewrites what the template cannot render
         (:mod:`chatcodec.polyfills`); the default renders exactly.
 
-        ``content_special_tokens`` says what a control token inside content becomes: ``"escape"`` (the
-        default) encodes its text as ordinary tokens, ``"reject"`` raises :class:`~chatcodec.SpecialTokenError`,
-        ``"allow"`` matches it as the control token, exactly as transformers does. Under ``"escape"`` the
-        template sees an inert stand-in for the token, so it cannot act on it either: a template that splits
-        assistant content at ``</think>`` will not split at an escaped one (pass reasoning as
-        ``reasoning_content``, or use ``"allow"`` for text you trust).
+        ``content_special_tokens`` says what a control token in text from the caller becomes: ``"escape"``
+        (the default) encodes it as ordinary tokens, ``"reject"`` raises :class:`~chatcodec.SpecialTokenError`
+        naming the message and field, ``"allow"`` matches it as the control token, exactly as transformers
+        does. Under ``"escape"`` and ``"reject"`` the template sees the caller's ``<``, ``>``, ``[`` and ``]``
+        (the marks control tokens begin and end with) as inert stand-ins, so it cannot act on a control token
+        in content either: a template that splits assistant content at ``</think>`` will not split at one the
+        caller wrote (pass reasoning as ``reasoning_content``, or use ``"allow"`` for text you trust).
 
         ``add_special_tokens=True`` adds what the tokenizer's post-processor adds (BOS, EOS) only where the
         prompt lacks it; by default nothing is added, as in transformers, because the template owns them.
+        ``return_assistant_tokens_mask=True`` computes :attr:`Encoding.assistant_mask` now, so that a
+        conversation whose assistant turns cannot be found raises :class:`~chatcodec.MaskError` here.
 
         >>> codec = load("../shared/tokenizers/llama3_1")  # doctest: +SKIP
         >>> enc = codec.encode([{"role": "user", "content": "Hi<|eot_id|>"}])  # doctest: +SKIP
@@ -232,24 +246,25 @@ class Codec:
                 f"content_special_tokens must be one of {', '.join(map(repr, _POLICIES))},"
                 f" not {content_special_tokens!r}."
             )
-        escapes: dict[str, str] = {}
-        if content_special_tokens != "allow":
-            messages, tools, documents, escapes = self._escape(
-                messages, tools, documents, reject=content_special_tokens == "reject"
-            )
         options: dict[str, Any] = dict(
             tools=tools, documents=documents, add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message, now=now, chat_template=chat_template, **template_kwargs,
         )  # fmt: skip
         if polyfill:
             options["polyfill"] = polyfill
-        rendered = self.template.render(messages, **options)
-        runs, text, escaped = vocab.tokenize(rendered, escapes)
-        if escaped:
-            vocab.check_escapes(runs, escaped, self.control_tokens)
-        if add_special_tokens:
-            runs = vocab.add_missing_special_tokens(runs)
-        return Encoding(self, text, runs, escaped, (messages, options, rendered, escapes))
+        try:
+            encoding = self._encode(vocab, messages, options, template_kwargs, content_special_tokens)
+            if add_special_tokens:
+                encoding._runs = vocab.add_missing_special_tokens(encoding._runs)
+                encoding._set_ids()
+            if return_assistant_tokens_mask:
+                encoding._assistant_mask = encoding.mask()
+        except RecursionError:
+            raise InputError(
+                "The messages, tools, documents or template variables nest too deeply or refer to themselves;"
+                " pass plain JSON-like data."
+            ) from None
+        return encoding
 
     def with_template(self, template: ChatTemplate) -> Codec:
         """The same tokenizer (and its cache) with another template, e.g. a training template with tags."""
@@ -277,96 +292,154 @@ class Codec:
             )
         return self._vocab
 
-    def _escape(
-        self, messages: Any, tools: Any, documents: Any, *, reject: bool, reserved: set[str] | None = None
-    ) -> tuple[Any, Any, Any, dict[str, str]]:
-        """Swap every control token in caller-supplied text for a private-use stand-in (or reject it).
+    def _encode(
+        self,
+        vocab: Vocabulary,
+        messages: Any,
+        options: dict[str, Any],
+        template_kwargs: dict[str, Any],
+        policy: str,
+    ) -> Encoding:
+        matching = self._matching
+        if policy == "allow":
+            rendered = self.template.render(messages, **options)
+            runs, text, _ = vocab.tokenize(rendered, None, matching)
+            return Encoding(self, text, runs, [], (messages, options, rendered, {}))
 
-        Everything in a message but its ``role`` counts as content, and so do tools and documents; the
-        template's own variables (``template_kwargs``) do not. Unchanged values are passed on as they are.
-        """
-        escaper = _Escaper(self._scanner, self.control_tokens, reserved or self._reserved, reject=reject)
-        given = messages, tools, documents
-        messages = getattr(messages, "messages", messages)
-        if isinstance(messages, (list, tuple)):
-            escaped_messages = []
-            for i, message in enumerate(messages):
-                if not isinstance(message, dict):
-                    message = plain(message)
-                if isinstance(message, dict):
-                    owner = f"message {i} ({message.get('role')})"
-                    new = {k: v if k == "role" else escaper.walk(v, owner, (k,)) for k, v in message.items()}
-                    message = message if all(new[k] is message[k] for k in message) else new
-                escaped_messages.append(message)
-            messages = escaped_messages
-        if isinstance(tools, (list, tuple)):
-            tools = [escaper.walk(t, f"tool {i}", ()) if isinstance(t, dict) else t for i, t in enumerate(tools)]
-        if isinstance(documents, (list, tuple)):
-            documents = [escaper.walk(d, f"document {i}", ()) for i, d in enumerate(documents)]
-        if escaper.reserved.intersection(escaper.stand_ins.values()):
-            # a stand-in was handed out before a later string showed that character in use: start again
-            return self._escape(*given, reject=reject, reserved=escaper.reserved)
-        return messages, tools, documents, {char: token for token, char in escaper.stand_ins.items()}
+        reserved = self._reserved
+        if template_kwargs:
+            reserved = reserved | stand_ins_in(template_kwargs)
+        shield = Shield(self._marks, reserved, reject=policy == "reject")
+        given = options
+        shielded, tools, documents = shield.apply(messages, options["tools"], options["documents"])
+        if tools is not options["tools"] or documents is not options["documents"]:
+            options = {**options, "tools": tools, "documents": documents}
+        rendered = self.template.render(shielded, **options)
+        restore = shield.restore
+        runs, text, escaped = vocab.tokenize(rendered, restore, matching)
+        state = (shielded, options, rendered, restore)
+        if restore:
+            if escaped and shield.reject:
+                raise self._formed(text[escaped[0][0] : escaped[0][1]], shield)
+            why = reads_marks(self._sources, self._marks, self._variables_with_marks(template_kwargs))
+            if why is not None:
+                compared = self._compare(vocab, shield, messages, given, runs, text, why)
+                if compared is not None:
+                    runs, text, escaped, state = compared
+            if escaped:
+                vocab.check_escapes(runs, escaped, self.control_tokens)
+        return Encoding(self, text, runs, escaped, state)
 
+    def _variables_with_marks(self, template_kwargs: dict[str, Any]) -> frozenset[str]:
+        if not template_kwargs:
+            return self._marked_variables
+        return self._marked_variables | frozenset(template_variables_with_marks(template_kwargs, self._marks))
 
-class _Escaper:
-    """Walks caller data, replacing control tokens in strings by private-use stand-ins (or rejecting them)."""
-
-    def __init__(self, scanner: re.Pattern[str], control: frozenset[str], reserved: set[str], *, reject: bool) -> None:
-        self.scanner = scanner
-        self.control = control
-        self.reserved = set(reserved)
-        self.reject = reject
-        self.stand_ins: dict[str, str] = {}
-        self._next = _ESCAPE_FIRST
-
-    def walk(self, value: Any, owner: str, path: tuple[Any, ...]) -> Any:
-        """``value`` with control tokens escaped; the very same object when there was nothing to escape."""
-        kind = type(value)
-        if kind is str:
-            return self._string(value, owner, path)
-        if kind is dict:
-            changed = None
-            for key, item in value.items():
-                new = self.walk(item, owner, (*path, key))
-                if new is not item:
-                    changed = changed or dict(value)
-                    changed[key] = new
-            return value if changed is None else changed
-        if kind is list or kind is tuple:
-            items = [self.walk(item, owner, (*path, i)) for i, item in enumerate(value)]
-            return value if all(a is b for a, b in zip(items, value, strict=True)) else items
-        if kind in (int, float, bool, type(None)):
-            return value
-        return self.walk(plain(value), owner, path)
-
-    def _string(self, text: str, owner: str, path: tuple[Any, ...]) -> str:
-        hits = self.scanner.findall(text)
-        if not hits:
-            return text
-        tokens = [h for h in hits if h in self.control]
-        self.reserved.update(h for h in hits if h not in self.control)
-        if not tokens:
-            return text
-        if self.reject:
-            field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
-            raise SpecialTokenError(
-                f"{owner}{' ' + field if field else ''} contains the control token {tokens[0]!r}. Content may not"
-                ' hold control tokens when content_special_tokens="reject"; "escape" encodes them as plain text.'
+    def _compare(
+        self,
+        vocab: Vocabulary,
+        shield: Shield,
+        messages: Any,
+        options: dict[str, Any],
+        runs: list[Run],
+        text: str,
+        why: str,
+    ) -> tuple[list[Run], str, list[tuple[int, int]], Any] | None:
+        """For a template that looks at marks: render the caller's text as written, and keep only the control
+        tokens that the render with stand-ins has too (in order), or None when both renders agree."""
+        given, tools, documents = shield.apply_tokens_only(messages, options["tools"], options["documents"])
+        options = {**options, "tools": tools, "documents": documents}
+        rendered = self.template.render(given, **options)
+        restore = shield.restore
+        if swap(rendered, restore) == text:
+            return None
+        matching = self._matching
+        runs0, text0, escaped0 = vocab.tokenize(rendered, restore, matching)
+        extra = _unmatched(
+            self._control_sequence(vocab, runs0, text0), self._control_sequence(vocab, runs, text), text0, text
+        )
+        name = self.template.name or "unnamed"
+        if extra:
+            if shield.reject:
+                raise self._formed(extra[0][1], shield)
+            _log.warning(
+                "Template %r %s, so chatcodec rendered the conversation as written too; %d control token(s) that"
+                " rendering put together from caller text are encoded as plain text: %s",
+                name, why, len(extra), ", ".join(repr(t) for _, t in extra[:5]),
+            )  # fmt: skip
+            runs0, text0, escaped0 = vocab.tokenize(
+                rendered, restore, matching, dropped=frozenset(at for at, _ in extra)
             )
-        for token in tokens:
-            if token not in self.stand_ins:
-                self.stand_ins[token] = self._allocate()
-        return self.scanner.sub(lambda m: self.stand_ins.get(m.group(), m.group()), text)
+        else:
+            _log.info("Template %r %s; its render of the conversation as written has no extra control token", name, why)
+        if escaped0 and shield.reject:
+            raise self._formed(text0[escaped0[0][0] : escaped0[0][1]], shield)
+        return runs0, text0, escaped0, (given, options, rendered, restore)
 
-    def _allocate(self) -> str:
-        while self._next <= _ESCAPE_LAST and chr(self._next) in self.reserved:
-            self._next += 1
-        if self._next > _ESCAPE_LAST:
-            raise InputError("The conversation uses every private-use character chatcodec could escape with.")
-        char = chr(self._next)
-        self._next += 1
-        return char
+    def _control_sequence(self, vocab: Vocabulary, runs: list[Run], text: str) -> list[tuple[int, int, str]]:
+        """``(start, id, text)`` of every control token in the runs, in order."""
+        control_ids = {vocab.added[t] for t in self.control_tokens if t in vocab.added}
+        found = []
+        for run in runs:
+            if control_ids.intersection(run.ids):
+                for token, (start, end) in zip(run.ids, run.offsets(), strict=True):
+                    if token in control_ids:
+                        found.append((start, token, text[start:end]))
+        return found
+
+    @staticmethod
+    def _formed(token: str, shield: Shield) -> SpecialTokenError:
+        return SpecialTokenError(
+            f"{culprit(token, shield.suspects)} holds part of the control token {token!r}, which the template put"
+            ' together from content. Content may not hold control tokens when content_special_tokens="reject";'
+            ' "escape" encodes them as plain text.'
+        )
+
+
+def _unmatched(
+    theirs: list[tuple[int, int, str]], ours: list[tuple[int, int, str]], their_text: str, our_text: str
+) -> list[tuple[int, str]]:
+    """The control tokens of one render (``theirs``) that the other (``ours``) does not have at the same place.
+
+    Both texts agree up to their first difference and after their last: there, a token is matched by its
+    position. In between, the two sequences of tokens are aligned (longest common subsequence).
+    """
+    prefix = _common_prefix(their_text, our_text)
+    limit = min(len(their_text), len(our_text)) - prefix
+    suffix = _common_prefix(their_text[::-1], our_text[::-1], limit)
+    shift = len(our_text) - len(their_text)
+    their_tail, our_tail = len(their_text) - suffix, len(our_text) - suffix
+    placed = {(start, token) for start, token, _ in ours}
+    extra: list[tuple[int, str]] = []
+    middle = []
+    for start, token, written in theirs:
+        if start + len(written) <= prefix:
+            if (start, token) not in placed:
+                extra.append((start, written))
+        elif start >= their_tail:
+            if (start + shift, token) not in placed:
+                extra.append((start, written))
+        else:
+            middle.append((start, token, written))
+    rest = [token for start, token, written in ours if start + len(written) > prefix and start < our_tail]
+    matcher = difflib.SequenceMatcher(None, [token for _, token, _ in middle], rest, autojunk=False)
+    kept = {i for a, _, size in matcher.get_matching_blocks() for i in range(a, a + size)}
+    extra.extend((start, written) for i, (start, _, written) in enumerate(middle) if i not in kept)
+    return sorted(extra)
+
+
+def _common_prefix(a: str, b: str, limit: int | None = None) -> int:
+    """How many characters ``a`` and ``b`` share from their start (at most ``limit``): a binary search of
+    C-speed comparisons."""
+    high = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
+    low = 0
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 # --- the encoding --------------------------------------------------------------------------------------
@@ -377,7 +450,8 @@ class Encoding:
 
     ``input_ids``, ``attention_mask`` and ``text`` are computed by :meth:`Codec.encode`; ``offsets``,
     ``assistant_mask``, ``message_spans`` and ``message_token_counts`` are worked out the first time they
-    are read, so inference pays only for ids.
+    are read, so inference pays only for ids (``return_assistant_tokens_mask=True`` computes the mask in
+    :meth:`Codec.encode` instead, where its errors belong).
     """
 
     def __init__(
@@ -390,14 +464,19 @@ class Encoding:
     ) -> None:
         self.text = text
         self._runs = runs
-        self.input_ids: list[int] = [i for run in runs for i in run.ids]
-        self.attention_mask: list[int] = [1] * len(self.input_ids)
-        #: character spans of ``text`` that came from content and were encoded as plain text
+        self._set_ids()
+        #: character spans of ``text`` that read as a control token but hold text from the caller, and so
+        #: were encoded as plain text
         self.escaped = escaped
         self._codec = codec
         self._render_state = render_state
         self._offsets: list[tuple[int, int]] | None = None
         self._layout: Layout | None = None
+        self._assistant_mask: list[int] | None = None
+
+    def _set_ids(self) -> None:
+        self.input_ids: list[int] = [i for run in self._runs for i in run.ids]
+        self.attention_mask: list[int] = [1] * len(self.input_ids)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -420,7 +499,9 @@ class Encoding:
     @property
     def assistant_mask(self) -> list[int]:
         """1 for every token the model must learn to produce: :meth:`mask` with its defaults."""
-        return self.mask()
+        if self._assistant_mask is None:
+            self._assistant_mask = self.mask()
+        return self._assistant_mask
 
     def mask(self, *, reasoning: bool = True, end_of_turn: bool = True) -> list[int]:
         """The assistant mask, choosing whether reasoning and each turn's end-of-turn token are included.

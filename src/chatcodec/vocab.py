@@ -8,9 +8,11 @@ token in them (the escapes of :mod:`chatcodec.tokens`), and remember the tokens 
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import InputError, SpecialTokenError
@@ -31,25 +33,62 @@ class Run:
 
     ``width`` is the text length of a control token, or -1 for tokens the prompt's text does not hold
     (added by ``add_special_tokens``); a stretch of text has its tokenizers ``Encoding``, read only when
-    offsets are asked for, with ``skip`` separator tokens in front.
+    offsets are asked for, with ``skip`` separator tokens in front, or its ``spans`` given outright.
     """
 
-    __slots__ = ("encoding", "ids", "skip", "start", "width")
+    __slots__ = ("encoding", "ids", "skip", "spans", "start", "width")
 
-    def __init__(self, start: int, ids: list[int], *, encoding: Any = None, skip: int = 0, width: int = 0) -> None:
+    def __init__(
+        self,
+        start: int,
+        ids: list[int],
+        *,
+        encoding: Any = None,
+        skip: int = 0,
+        width: int = 0,
+        spans: list[tuple[int, int]] | None = None,
+    ) -> None:
         self.start = start
         self.ids = ids
         self.encoding = encoding
         self.skip = skip
         self.width = width
+        self.spans = spans
 
     def offsets(self) -> list[tuple[int, int]]:
+        if self.spans is not None:
+            return self.spans
         if self.encoding is None:
             if self.width < 0:
                 return [(0, 0)] * len(self.ids)
             return [(self.start, self.start + self.width)]
         shift = self.start - (len(_SEPARATOR) if self.skip else 0)
         return [(s + shift, e + shift) for s, e in self.encoding.offsets[self.skip :]]
+
+    @property
+    def is_text(self) -> bool:
+        return self.encoding is not None or self.spans is not None
+
+
+class Matching:
+    """What one codec matches in a prompt: its control tokens, the other added tokens (None if none), and
+    what it remembers of stretches of caller text (see :meth:`Vocabulary.tokenize`)."""
+
+    __slots__ = ("allowed", "control", "memo")
+
+    def __init__(self, control: re.Pattern[str], allowed: re.Pattern[str] | None) -> None:
+        self.control = control
+        self.allowed = allowed
+        self.memo: dict[tuple[str, bool, tuple[tuple[str, str], ...]], _Restored] = {}
+
+
+#: a stretch of caller text, restored: its pieces (text, is an added token, offset) and its escaped
+#: control tokens, relative to its start
+_Restored = tuple[tuple[tuple[str, bool, int], ...], tuple[tuple[int, int], ...]]
+
+
+#: a place in the list of runs that the batch encode at the end of Vocabulary.tokenize fills
+_PENDING = Run(0, [])
 
 
 class Vocabulary:
@@ -59,6 +98,11 @@ class Vocabulary:
     the prompt is split at added tokens with a regex, exactly where the tokenizers library splits it, and
     each stretch of text between them is encoded by a copy of the tokenizer that has no added tokens.
     Stretches are cached. Other tokenizers encode the whole prompt at once (:meth:`_tokenize_whole`).
+
+    Text that came from the caller arrives with its marks swapped for stand-ins (:mod:`chatcodec.injection`),
+    so no added token is matched across them. ``restore`` puts them back; added tokens that are not control
+    tokens are then matched in that text too, as the model expects, and control tokens found there are
+    reported as escaped: they stay plain text.
     """
 
     def __init__(self, tokenizer: Tokenizer, split_special_tokens: bool) -> None:
@@ -68,13 +112,17 @@ class Vocabulary:
         added = tokenizer.get_added_tokens_decoder()
         self.added: dict[str, int] = {token.content: index for index, token in added.items()}
         self.special: frozenset[str] = frozenset(token.content for token in added.values() if token.special)
-        matched = [t for t in self.added if not (split_special_tokens and t in self.special)]
+        #: the added tokens the tokenizer matches in text (all, unless special ones are split)
+        self.matched = frozenset(t for t in self.added if not (split_special_tokens and t in self.special))
         plain_flags = all(
             not (t.lstrip or t.rstrip or t.single_word or (t.normalized and tokenizer.normalizer is not None))
             for t in added.values()
         )
-        self.splitter = re.compile(alternation(matched)) if plain_flags else None
+        #: the normalizer added tokens are matched after, if any (then control-token marks are found after it too)
+        self.normalizer = tokenizer.normalizer if any(t.normalized for t in added.values()) else None
+        self.splitter = re.compile(alternation(self.matched)) if plain_flags else None
         spec = json.loads(tokenizer.to_str())
+        self._spec = spec
         spec["added_tokens"] = []
         self.plain = Tokenizer.from_str(json.dumps(spec))
         # a tokenizer that treats the start of the input specially (Metaspace prepend_scheme="first")
@@ -88,124 +136,221 @@ class Vocabulary:
         self.split_special_tokens = split_special_tokens
         self._cache: dict[tuple[str, bool], tuple[list[int], Any, int]] = {}
         self._affixes: tuple[list[int], list[int]] | None = None
+        self._without: dict[frozenset[str], Tokenizer] = {}
+        self._lock = threading.Lock()
 
     def control_for(self, sources: str) -> set[str]:
         """Special tokens, and the added tokens the template text holds (not whitespace)."""
         return set(self.special) | {t for t in self.added if t in sources and not t.isspace()}
 
-    def tokenize(self, rendered: str, escapes: dict[str, str]) -> tuple[list[Run], str, list[tuple[int, int]]]:
-        """The runs of the prompt, its text with escapes restored, and the escaped character spans."""
-        if self.splitter is None or (self.start_sensitive and _SEPARATOR in rendered):
-            return self._tokenize_whole(rendered, escapes)
-        restore = re.compile("|".join(map(re.escape, escapes))) if escapes else None
-        pieces: list[tuple[str, bool, int]] = []  # (text, is_control_token, start in the restored text)
-        escaped: list[tuple[int, int]] = []
-        position = at = 0
-        for match in self.splitter.finditer(rendered):
-            if match.start() > at:
-                position = self._text_piece(rendered[at : match.start()], position, restore, escapes, pieces, escaped)
-            pieces.append((match.group(), True, position))
-            position += len(match.group())
-            at = match.end()
-        if at < len(rendered):
-            self._text_piece(rendered[at:], position, restore, escapes, pieces, escaped)
+    def normalize(self, text: str) -> str:
+        """``text`` as the added tokens are matched against it (the tokenizer's normalizer)."""
+        return text if self.normalizer is None else str(self.normalizer.normalize_str(text))
 
-        cache = self._cache
-        keys = [(text, self.start_sensitive and start == 0) for text, control, start in pieces if not control]
-        missing = list(dict.fromkeys(k for k in keys if k not in cache))
-        if missing:
-            self._encode_missing(missing)
-        runs = []
-        for text, control, start in pieces:
-            if control:
-                runs.append(Run(start, [self.added[text]], width=len(text)))
-            else:
-                ids, encoding, skip = cache[(text, self.start_sensitive and start == 0)]
-                runs.append(Run(start, ids, encoding=encoding, skip=skip))
-        return runs, "".join(text for text, _, _ in pieces), escaped
-
-    def _text_piece(
+    def tokenize(
         self,
-        text: str,
-        position: int,
-        restore: re.Pattern[str] | None,
-        escapes: dict[str, str],
-        pieces: list[tuple[str, bool, int]],
-        escaped: list[tuple[int, int]],
-    ) -> int:
-        if restore is not None and restore.search(text):
-            parts = []
-            cursor = 0
-            for match in restore.finditer(text):
-                parts.append(text[cursor : match.start()])
-                start = position + sum(map(len, parts))
-                original = escapes[match.group()]
-                parts.append(original)
-                escaped.append((start, start + len(original)))
-                cursor = match.end()
-            parts.append(text[cursor:])
-            text = "".join(parts)
-        pieces.append((text, False, position))
-        return position + len(text)
+        rendered: str,
+        restore: Mapping[str, str] | None,
+        matching: Matching,
+        *,
+        dropped: frozenset[int] = frozenset(),
+    ) -> tuple[list[Run], str, list[tuple[int, int]]]:
+        """The runs of the prompt, its text with stand-ins restored, and the spans of escaped control tokens.
 
-    def _encode_missing(self, keys: list[tuple[str, bool]]) -> None:
-        inputs = [text if first or not self.start_sensitive else _SEPARATOR + text for text, first in keys]
-        if len(inputs) == 1:
-            encodings = [self.plain.encode(inputs[0], add_special_tokens=False)]
-        else:  # the tokenizers library spreads a batch over threads
-            encodings = self.plain.encode_batch(inputs, add_special_tokens=False)
-        if len(self._cache) + len(keys) > CACHE_SIZE:
-            self._cache.clear()  # a rough bound: chats repeat their recent stretches, not old ones
-        for key, encoding, text in zip(keys, encodings, inputs, strict=True):
-            skip = 1 if text.startswith(_SEPARATOR) else 0
-            self._cache[key] = (encoding.ids[skip:], encoding, skip)
-
-    def _tokenize_whole(self, rendered: str, escapes: dict[str, str]) -> tuple[list[Run], str, list[tuple[int, int]]]:
-        """For tokenizers whose added tokens strip whitespace or are normalized: one encode of the prompt.
-
-        Escaped control tokens are then found among the tokens, and the stretch between the real control
-        tokens around each is encoded again as plain text.
+        Control tokens starting at a position in ``dropped`` are treated as text.
         """
-        escaped: list[tuple[int, int]] = []
-        text = rendered
-        if escapes:
-            restore = re.compile("|".join(map(re.escape, escapes)))
-            parts, cursor, length = [], 0, 0
-            for match in restore.finditer(rendered):
-                parts.append(rendered[cursor : match.start()])
-                length += match.start() - cursor
-                parts.append(escapes[match.group()])
-                escaped.append((length, length + len(parts[-1])))
-                length += len(parts[-1])
-                cursor = match.end()
-            parts.append(rendered[cursor:])
-            text = "".join(parts)
-        whole = self.full.encode(text, add_special_tokens=False)
-        if not escaped:
-            return [Run(0, whole.ids, encoding=whole)], text, escaped
-        ids, offsets = whole.ids, whole.offsets
-        added_ids = set(self.added.values())
+        if self.splitter is None or (self.start_sensitive and _SEPARATOR in rendered):
+            return self._tokenize_whole(rendered, restore, matching.control, dropped)
         runs: list[Run] = []
-        cursor = 0
-        for token, (start, end) in zip(ids, offsets, strict=True):
-            if token not in added_ids or any(a < end and start < b for a, b in escaped):
-                continue  # text, or an escaped token: both are encoded again below as plain text
-            if start > cursor:
-                runs.append(self._plain_run(text[cursor:start], cursor))
-            runs.append(Run(start, [token], width=end - start))
-            cursor = end
-        if cursor < len(text):
-            runs.append(self._plain_run(text[cursor:], cursor))
+        escaped: list[tuple[int, int]] = []
+        #: runs still to encode: (index in runs, cache key, start), encoded in one batch at the end
+        pending: list[tuple[int, tuple[str, bool], int]] = []
+        stand_ins = tuple(restore) if restore else ()
+        restore_key = tuple(sorted(restore.items())) if restore else ()
+        sensitive = self.start_sensitive
+        cache = self._cache
+        added = self.added
+        at = 0
+        end = len(rendered)
+        for match in self.splitter.finditer(rendered):
+            start = match.start()
+            if start in dropped:
+                escaped.append(match.span())
+                continue
+            if start > at:
+                piece = rendered[at:start]
+                entry = cache.get((piece, sensitive and at == 0))
+                if entry is not None:
+                    runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2]))
+                elif stand_ins and _holds_any(piece, stand_ins):
+                    self._caller_text(piece, at, restore, restore_key, matching, runs, pending, escaped)  # type: ignore[arg-type]
+                else:
+                    pending.append((len(runs), (piece, sensitive and at == 0), at))
+                    runs.append(_PENDING)
+            token = match.group()
+            runs.append(Run(start, [added[token]], width=len(token)))
+            at = match.end()
+        if at < end:
+            piece = rendered[at:]
+            entry = cache.get((piece, sensitive and at == 0))
+            if entry is not None:
+                runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2]))
+            elif stand_ins and _holds_any(piece, stand_ins):
+                self._caller_text(piece, at, restore, restore_key, matching, runs, pending, escaped)  # type: ignore[arg-type]
+            else:
+                pending.append((len(runs), (piece, sensitive and at == 0), at))
+                runs.append(_PENDING)
+        if pending:
+            fresh = self._encode_missing(list(dict.fromkeys(key for _, key, _ in pending)))
+            for index, key, start in pending:
+                ids, encoding, skip = fresh[key]
+                runs[index] = Run(start, ids, encoding=encoding, skip=skip)
+        text = _swap(rendered, restore) if restore else rendered
+        if len(escaped) > 1:
+            escaped.sort()
         return runs, text, escaped
 
-    def _plain_run(self, text: str, start: int) -> Run:
+    def _caller_text(
+        self,
+        text: str,
+        start: int,
+        restore: Mapping[str, str],
+        restore_key: tuple[tuple[str, str], ...],
+        matching: Matching,
+        runs: list[Run],
+        pending: list[tuple[int, tuple[str, bool], int]],
+        escaped: list[tuple[int, int]],
+    ) -> None:
+        """A stretch of text between added tokens that holds caller text: restored, it stays text, but for the
+        added tokens that are not control tokens; control tokens in it are reported as escaped."""
+        first = self.start_sensitive and start == 0
+        key = (text, first, restore_key)
+        known = matching.memo.get(key)
+        if known is None:
+            restored = _swap(text, restore)
+            found = tuple(m.span() for m in matching.control.finditer(restored))
+            parts: list[tuple[str, bool, int]] = []
+            at = 0
+            if matching.allowed is not None:
+                for match in matching.allowed.finditer(restored):
+                    if match.start() > at:
+                        parts.append((restored[at : match.start()], False, at))
+                    parts.append((match.group(), True, match.start()))
+                    at = match.end()
+            if at < len(restored):
+                parts.append((restored[at:], False, at))
+            if len(matching.memo) >= CACHE_SIZE:
+                matching.memo.clear()
+            known = matching.memo[key] = (tuple(parts), found)
+        parts_known, found_known = known
+        cache = self._cache
+        for piece, is_token, offset in parts_known:
+            if is_token:
+                runs.append(Run(start + offset, [self.added[piece]], width=len(piece)))
+                continue
+            piece_key = (piece, self.start_sensitive and start + offset == 0)
+            entry = cache.get(piece_key)
+            if entry is not None:
+                runs.append(Run(start + offset, entry[0], encoding=entry[1], skip=entry[2]))
+            else:
+                pending.append((len(runs), piece_key, start + offset))
+                runs.append(_PENDING)
+        for a, b in found_known:
+            escaped.append((start + a, start + b))
+
+    def _encode_missing(self, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[list[int], Any, int]]:
+        inputs = [text if first or not self.start_sensitive else _SEPARATOR + text for text, first in keys]
+        # the tokenizers library spreads a batch over threads
+        encodings = [_encode(self.plain, inputs[0])] if len(inputs) == 1 else _encode_batch(self.plain, inputs)
+        if len(self._cache) + len(keys) > CACHE_SIZE:
+            self._cache.clear()  # a rough bound: chats repeat their recent stretches, not old ones
+        fresh = {}
+        for key, encoding, text in zip(keys, encodings, inputs, strict=True):
+            skip = 1 if text.startswith(_SEPARATOR) else 0
+            fresh[key] = self._cache[key] = (encoding.ids[skip:], encoding, skip)
+        return fresh
+
+    def _tokenize_whole(
+        self,
+        rendered: str,
+        restore: Mapping[str, str] | None,
+        control: re.Pattern[str],
+        dropped: frozenset[int],
+    ) -> tuple[list[Run], str, list[tuple[int, int]]]:
+        """For tokenizers whose added tokens strip whitespace or are normalized: one encode of the prompt.
+
+        Control tokens that hold a restored caller character, or start in ``dropped``, are then taken out:
+        the text between the added tokens around each is encoded again by the tokenizer without its
+        control tokens.
+        """
+        text = _swap(rendered, restore) if restore else rendered
+        whole = _encode(self.full, text)
+        caller: list[int] = []
+        if restore:
+            stand_ins = re.compile("[" + "".join(map(re.escape, restore)) + "]")
+            caller = [m.start() for m in stand_ins.finditer(rendered)]
+        if not caller and not dropped:
+            return [Run(0, whole.ids, encoding=whole)], text, []
+        control_ids = {self.added[t] for t in self.added if control.fullmatch(t)}
+        added_ids = set(self.added.values())
+        ids, offsets = whole.ids, whole.offsets
+        bad = [
+            i
+            for i, (token, (start, end)) in enumerate(zip(ids, offsets, strict=True))
+            if token in control_ids and (start in dropped or _holds(caller, start, end))
+        ]
+        if not bad:
+            return [Run(0, whole.ids, encoding=whole)], text, []
+        # each bad token and the text around it, up to the added tokens that stay, is encoded again
+        regions: list[list[int]] = []  # [first token, last token] index ranges
+        bad_set = set(bad)
+        for i in bad:
+            if regions and regions[-1][1] >= i:
+                continue
+            first = i
+            while first > 0 and not (ids[first - 1] in added_ids and first - 1 not in bad_set):
+                first -= 1
+            last = i
+            while last + 1 < len(ids) and not (ids[last + 1] in added_ids and last + 1 not in bad_set):
+                last += 1
+            regions.append([first, last])
+        without = self._without_control(frozenset(t for t in self.added if self.added[t] in control_ids))
+        runs: list[Run] = []
+        cursor = 0
+        for first, last in regions:
+            if first > cursor:
+                runs.append(Run(offsets[cursor][0], ids[cursor:first], spans=offsets[cursor:first]))
+            begin = offsets[first - 1][1] if first else 0
+            end = offsets[last + 1][0] if last + 1 < len(ids) else len(text)
+            runs.append(self._run_without(without, text[begin:end], begin))
+            cursor = last + 1
+        if cursor < len(ids):
+            runs.append(Run(offsets[cursor][0], ids[cursor:], spans=offsets[cursor:]))
+        return runs, text, [offsets[i] for i in bad]
+
+    def _without_control(self, control: frozenset[str]) -> Tokenizer:
+        """The tokenizer with every added token but ``control`` (and the separator, if it needs one)."""
+        tokenizer = self._without.get(control)
+        if tokenizer is None:
+            from tokenizers import AddedToken, Tokenizer
+
+            spec = json.loads(self.full.to_str())
+            spec["added_tokens"] = [t for t in spec.get("added_tokens") or [] if t.get("content") not in control]
+            tokenizer = Tokenizer.from_str(json.dumps(spec))
+            if self.start_sensitive:
+                tokenizer.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+            with self._lock:
+                self._without[control] = tokenizer
+        return tokenizer
+
+    def _run_without(self, tokenizer: Tokenizer, text: str, start: int) -> Run:
         lead = _SEPARATOR if start and self.start_sensitive else ""
         if self.start_sensitive and _SEPARATOR in text:
             raise InputError(
                 "Content that holds a control token also holds U+10FFFE, a Unicode noncharacter this tokenizer"
                 " cannot encode next to escaped text; remove the character."
             )
-        encoding = self.plain.encode(lead + text, add_special_tokens=False)
+        encoding = _encode(tokenizer, lead + text)
         skip = 1 if lead else 0
         return Run(start, encoding.ids[skip:], encoding=encoding, skip=skip)
 
@@ -213,7 +358,7 @@ class Vocabulary:
         """Escaped text must not come out as a control token even from the model's own merges."""
         control_ids = {self.added[t] for t in control if t in self.added}
         for run in runs:
-            if run.encoding is None or not control_ids.intersection(run.ids):
+            if not run.is_text or not control_ids.intersection(run.ids):
                 continue
             for token, (s, e) in zip(run.ids, run.offsets(), strict=True):
                 if token in control_ids and any(a < e and s < b for a, b in escaped):
@@ -235,6 +380,50 @@ class Vocabulary:
         if suffix and ids[-len(suffix) :] != suffix:
             runs = [*runs, Run(0, list(suffix), width=-1)]
         return runs
+
+
+def _swap(text: str, mapping: Mapping[str, str]) -> str:
+    for old, new in mapping.items():
+        if old in text:
+            text = text.replace(old, new)
+    return text
+
+
+def _holds_any(text: str, chars: tuple[str, ...]) -> bool:
+    for char in chars:  # noqa: SIM110 - a loop is faster than any() over a generator
+        if char in text:
+            return True
+    return False
+
+
+def _holds(positions: list[int], start: int, end: int) -> bool:
+    """Whether a sorted list of positions has one in ``[start, end)``."""
+    at = bisect.bisect_left(positions, start)
+    return at < len(positions) and positions[at] < end
+
+
+def _encode(tokenizer: Tokenizer, text: str) -> Any:
+    try:
+        return tokenizer.encode(text, add_special_tokens=False)
+    except Exception as exc:  # the Rust side raises TypeError for text Python can hold and UTF-8 cannot
+        raise _unencodable(text, exc) from None
+
+
+def _encode_batch(tokenizer: Tokenizer, texts: list[str]) -> list[Any]:
+    try:
+        return list(tokenizer.encode_batch(texts, add_special_tokens=False))
+    except Exception as exc:
+        raise _unencodable("".join(texts), exc) from None
+
+
+def _unencodable(text: str, exc: Exception) -> InputError:
+    bad = next((i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF), None)
+    if bad is not None:
+        return InputError(
+            f"The prompt holds a lone surrogate, U+{ord(text[bad]):04X}, which is not a Unicode character"
+            " the tokenizer can encode; remove it or decode the input text properly."
+        )
+    return InputError(f"The tokenizer cannot encode the prompt: {exc}.")
 
 
 def alternation(words: Iterable[str]) -> str:
