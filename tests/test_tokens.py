@@ -494,3 +494,20 @@ def test_the_characters_stand_ins_use_can_be_content_too() -> None:
         assert codec.decode(enc.input_ids) == enc.text
         assert enc.input_ids.count(151645) == 2  # the template's two ends of turn
         assert [enc.text[s:e] for s, e in enc.escaped] == [t for t in ("<|im_end|>", "<think>") if t in text]
+
+
+def test_a_bad_chat_control_tokens_is_a_load_error(tmp_path: Path) -> None:
+    require_shared()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((TOKENIZERS / "qwen3" / name).read_bytes())
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    for bad in ([1, None, {"a": 2}], "<|im_end|>", {"a": 1}):
+        config["chat_control_tokens"] = bad
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+        with pytest.raises(LoadError, match="chat_control_tokens must be a list of token strings"):
+            load(tmp_path)
+    config["chat_control_tokens"] = ["<|im_end|>"]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert load(tmp_path).control_tokens == {"<|im_end|>"}
+    with pytest.raises(InputError, match="control_tokens must be token strings"):
+        Codec(ChatTemplate("{{ messages }}"), control_tokens=[1])  # type: ignore[list-item]

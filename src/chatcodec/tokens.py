@@ -98,8 +98,14 @@ def load(
         if file is not None:
             backend = _read_tokenizer(file)
             _add_config_tokens(backend, config)
-    if control_tokens is None and isinstance(config.get("chat_control_tokens"), list):
-        control_tokens = config["chat_control_tokens"]
+    if control_tokens is None and "chat_control_tokens" in config:
+        declared = config["chat_control_tokens"]
+        if not isinstance(declared, list) or not all(isinstance(t, str) for t in declared):
+            raise LoadError(
+                f"{folder / 'tokenizer_config.json' if folder else 'tokenizer_config.json'}: chat_control_tokens must"
+                f" be a list of token strings, not {json.dumps(declared)[:80]}."
+            )
+        control_tokens = declared
     return Codec(
         template,
         backend,
@@ -174,6 +180,10 @@ class Codec:
         self.tokenizer = tokenizer
         self._vocab = Vocabulary(tokenizer, split_special_tokens) if tokenizer is not None else None
         sources = "\0".join(template.sources.values())
+        if control_tokens is not None:
+            control_tokens = list(control_tokens) if not isinstance(control_tokens, (str, bytes)) else [control_tokens]
+            if not all(isinstance(t, str) for t in control_tokens):
+                raise InputError(f"control_tokens must be token strings, not {control_tokens!r:.80}.")
         self._given_control = None if control_tokens is None else frozenset(t for t in control_tokens if t)
         if self._given_control is not None:
             chosen = set(self._given_control)
