@@ -89,11 +89,11 @@ HOSTILE: list[tuple[list[str], str, str]] = [
      '"chat_template_kwargs" in stdin must be an object, not a list'),
     (["render", "-t", "chatml"], json.dumps({"messages": json.loads(HI), "chat_template_kwargs": {"messages": 1}}),
      "'messages' is not a template variable"),
-    (["tokenize", "--tokenizer", QWEN3], _deep_content(600), "nests too deeply"),
+    (["tokenize", "--tokenizer", QWEN3], _deep_content(600), "message 0 (user) has its content as a list of parts"),
     (["render", "-t", "qwen3"], _deep_content(600), "message 0 (user) has its content as a list of parts"),
     (["tokenize", "--tokenizer", QWEN3], _deep_content(5000), "nests"),
     (["render", "-t", "chatml"], _deep_content(5000), "nests"),
-    (["tokenize", "--tokenizer", "{bad_control}"], HI, "TypeError"),
+    (["tokenize", "--tokenizer", "{bad_control}"], HI, "chat_control_tokens must be a list of token strings"),
     # issue 10
     (["render", "-t", "chatml", "--var", "foo={bad"], HI, "--var foo: '{bad' is not a JSON value; quote a string"),
     (["render", "-t", "chatml", "--var", "x"], HI, "--var takes KEY=VALUE"),
