@@ -114,6 +114,7 @@ HOSTILE: list[tuple[list[str], str, str]] = [
     (["decode", "--format", "hermes", "-t", "qwen3"], "x", "not both"),
     (["templates", "qwen-3"], "", "Did you mean 'qwen3'?"),
     (["tokenize"], HI, "this command needs --tokenizer PATH"),
+    (["tokenize", "--tokenizer", "{drop_calls}"], HI, "drop-calls.jinja: there is no tokenizer.json in"),
     (["tokenize", "--tokenizer", QWEN3, "-t", "{drop_calls}", "{calls}", "--json"], "", "no token of them could"),
     (["tokenize", "--tokenizer", QWEN3, "-t", "{drop_calls}", "{calls}", "--show"], "", "no token of them could"),
     (["render", "-t", "{runaway}", "--timeout", "0.3"], HI, "longer than 0.3 s"),

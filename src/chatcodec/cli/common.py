@@ -335,13 +335,16 @@ def codec_from(args: argparse.Namespace) -> Codec:
 
     if args.tokenizer is None:
         raise InputError("this command needs --tokenizer PATH: a model folder with tokenizer.json")
-    tokenizer = Path(args.tokenizer).expanduser()
+    given = Path(args.tokenizer).expanduser()
     folder = _model_folder(args.tokenizer)
-    if args.template is None:
-        codec = load(folder, tokenizer=tokenizer if tokenizer.is_file() else None)
-    else:
-        template = load_template(args.template)
-        codec = load(folder, tokenizer=tokenizer if tokenizer.is_file() else None).with_template(template)
+    tokenizer = given if given.name == "tokenizer.json" and given.is_file() else folder / "tokenizer.json"
+    if not tokenizer.is_file():
+        raise InputError(
+            f"--tokenizer {args.tokenizer}: there is no tokenizer.json in {folder}; give a model folder that has one"
+        )
+    codec = load(folder, tokenizer=tokenizer)
+    if args.template is not None:
+        codec = codec.with_template(load_template(args.template))
     with_limits(codec.template, args)
     return codec
 
