@@ -27,7 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("chatcodec.cli.render", "render messages into the exact prompt a model expects"),
     "tokenize": ("chatcodec.cli.tokenize", "encode messages into token ids, with the assistant mask"),
     "decode": ("chatcodec.cli.decode", "decode a completion into content, reasoning and tool calls"),
-    "inspect": ("chatcodec.cli.inspect", "what a template supports: its capabilities, found by probe renders"),
+    "inspect": ("chatcodec.cli.inspect", "what a template supports and how it behaves, found by probe renders"),
+    "lint": ("chatcodec.cli.lint", "check templates for concrete risks, with lines; exit 1 on errors (CI)"),
+    "diff": ("chatcodec.cli.diff", "compare two templates on the same chats, or a template with formatted samples"),
+    "show": ("chatcodec.cli.show", "write a rendered chat as one self-contained HTML page: roles, tokens, mask"),
     "templates": ("chatcodec.cli.templates", "list the built-in templates, or print one"),
     "tools": ("chatcodec.cli.tools", "tool schemas from Python functions, and the function-calling loop"),
 }

@@ -1,4 +1,4 @@
-"""``chatcodec inspect``: what a template supports, found by probe renders (its capabilities)."""
+"""``chatcodec inspect``: what a template supports and how it behaves, for a person or (``--json``) a program."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from ..capabilities import Capabilities
+from ..inspection import inspect
+from ..inspection.loading import load_pair
+from ..inspection.text import report_text
 from . import common
 
 __all__ = ["configure", "run"]
@@ -14,51 +16,38 @@ __all__ = ["configure", "run"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Print what a chat template supports, found by rendering probe conversations: system role, tools,"
-        " tool calls and results, reasoning, content parts, what it requires, the think state its generation"
-        " prompt leaves, the variables it reads, the special tokens it writes and the markers that end a turn."
+        "Report what a chat template supports and how it behaves, found by rendering probe conversations: its"
+        " capabilities, the output format a model trained on it writes (and how that was chosen), the markers that"
+        " end a turn, the special tokens it writes itself, the roles it rejects (with its own message), the"
+        " variables it reads, whether a growing chat only grows at its end (prefix stability), and with a"
+        " tokenizer, what each turn costs in tokens."
     )
     parser.add_argument(
         "template",
         metavar="TEMPLATE",
         help="a built-in name, a model folder, or a .jinja, tokenizer_config.json, chat_template.json or .gguf file",
     )
-    parser.add_argument("--json", action="store_true", help='print {"template": ..., "capabilities": {...}} as JSON')
+    parser.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="model folder with tokenizer.json (or the file): measure the token overhead per turn"
+        " (a model folder given as TEMPLATE is used for this too)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print the report as JSON: {"template", "capabilities": {...}, "output_format", "roles",'
+        ' "prefix_stable", "token_overhead", ...}',
+    )
     common.add_limit_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    args.tokenizer = None
-    template = common.template_from(args)
-    caps = template.capabilities
+    template, codec = load_pair(args.template, args.tokenizer)
+    common.with_limits(template, args)
+    report = inspect(template, codec=codec)
     if args.json:
-        body = {"template": template.name, "capabilities": caps.to_dict()}
-        sys.stdout.write(json.dumps(body, ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.write(json.dumps(report.to_dict(), ensure_ascii=False, indent=2) + "\n")
     else:
-        sys.stdout.write(table(template.name, caps))
+        sys.stdout.write(report_text(report, color=common.color_wanted()))
     return 0
-
-
-def table(name: str | None, caps: Capabilities) -> str:
-    """The capabilities as a plain two-column table, the template's message beside a probe it rejected.
-
-    >>> from chatcodec import load_template
-    >>> print(table("qwen3", load_template("qwen3").capabilities).splitlines()[2])
-    system                     yes
-    """
-    data = caps.to_dict()
-    errors = data.pop("errors")
-    rows = [("template", name or "unnamed"), ("", "")]
-    for key, value in data.items():
-        if isinstance(value, bool):
-            shown = "yes" if value else "no"
-        elif isinstance(value, list):
-            shown = ", ".join(value) if value else "-"
-        elif value is None:
-            shown = "-"
-        else:
-            shown = str(value)
-        if key in errors:
-            shown += f"  ({errors[key]})"
-        rows.append((key, shown))
-    return "".join(f"{key:<26} {value}".rstrip() + "\n" for key, value in rows)

@@ -1,0 +1,137 @@
+"""Reports for a terminal: plain text, with ANSI colour when asked for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from ..capabilities import Capabilities
+
+if TYPE_CHECKING:
+    from .lint import Finding
+    from .report import Report
+
+__all__ = ["Style", "capabilities_text", "findings_text", "report_text"]
+
+
+class Style:
+    """ANSI styles, or nothing when colour is off."""
+
+    CODES: ClassVar[dict[str, str]] = {
+        "bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35",
+    }  # fmt: skip
+
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def __call__(self, text: str, *styles: str) -> str:
+        if not self.color or not styles:
+            return text
+        codes = ";".join(self.CODES[s] for s in styles)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+    def yes_no(self, value: bool | None, good: bool = True) -> str:
+        if value is None:
+            return self("unknown", "dim")
+        return self("yes" if value else "no", "green" if value == good else "red")
+
+
+def _visible(text: str, limit: int = 100) -> str:
+    """Text on one line, with newlines shown as ``\\n`` and long text cut."""
+    shown = text.replace("\n", "\\n")
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def report_text(report: Report, *, color: bool) -> str:
+    """The report of :func:`~chatcodec.inspect`, for a person."""
+    from .report import HOW
+
+    s = Style(color)
+    caps = report.capabilities
+    rows: list[tuple[str, str]] = []
+    rows.append(
+        (
+            "output format",
+            f"{s(report.output_format, 'bold')}  {s(HOW.get(report.format_how, report.format_how), 'dim')}",
+        )
+    )
+    if report.tool_call_text:
+        rows.append(("", f"a tool call renders as: {_visible(report.tool_call_text.strip(), 80)}"))
+    rows.append(("stop markers", "  ".join(report.stop_markers) or s("none found", "yellow")))
+    if report.special_tokens:
+        written = "  ".join(f"{name} {value}" if value else name for name, value in report.special_tokens.items())
+        rows.append(("special tokens", written))
+        rows.append(("", s("written by the template itself: tokenize its prompt with add_special_tokens=False", "dim")))
+    else:
+        rows.append(("special tokens", s("none written by the template", "dim")))
+    marks = {"rendered": s("✓", "green"), "rejected": s("✗ rejected", "red"), "dropped": s("✗ dropped", "yellow")}
+    rows.append(("roles", "  ".join(f"{r.role} {marks[r.status]}" for r in report.roles)))
+    for check in report.roles:
+        if check.status == "rejected":
+            where = f" (template line {check.line})" if check.line else ""
+            rows.append(("", f"{check.role}: {s(repr(check.message), 'red')}{where}"))
+        elif check.status == "dropped":
+            rows.append(("", f"{check.role}: rendered without its text"))
+    rows.append(("variables", ", ".join(report.variables) or s("none", "dim")))
+    rows.append(("prefix stable", s.yes_no(report.prefix.stable)))
+    if report.prefix.stable is False:
+        rows += [("", f"- {_visible(change.explanation, 160)}") for change in report.prefix.changes]
+    elif report.prefix.stable is None:
+        rows.append(("", report.prefix.explanation))
+    if report.overhead is not None:
+        o = report.overhead
+        per_role = ", ".join(f"{role} {count}" for role, count in o.per_role.items())
+        rows.append(
+            (
+                "token overhead",
+                f"per turn: {per_role}; outside turns: {o.fixed}; generation prompt: {o.generation_prompt}",
+            )
+        )
+    elif report.overhead_error:
+        rows.append(("token overhead", s(f"not measured: {report.overhead_error}", "yellow")))
+    else:
+        rows.append(("token overhead", s("give --tokenizer to measure it", "dim")))
+    head = s(report.template or "unnamed template", "bold")
+    lines = [head, *(f"  {key:<15} {value}" for key, value in rows), "", s("capabilities", "bold")]
+    lines += capabilities_text(caps, color=color)
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def capabilities_text(caps: Capabilities, *, color: bool) -> list[str]:
+    """The boolean capabilities in columns, then the think states and the template's messages."""
+    s = Style(color)
+    cells = []
+    for flag in Capabilities.flags():
+        value = getattr(caps, flag)
+        good = not flag.startswith("requires_")
+        cells.append(f"{flag:<26}{s.yes_no(value, good)}")
+    width = 26 + 3 + (9 if color else 0) + 2
+    lines = []
+    for i in range(0, len(cells), 2):
+        lines.append("  " + "".join(cell.ljust(width) for cell in cells[i : i + 2]))
+    lines.append(
+        f"  think state after the generation prompt: {caps.think_state}"
+        f" (enable_thinking=True: {caps.think_state_enabled}, False: {caps.think_state_disabled})"
+    )
+    if caps.think_tags:
+        lines.append(f"  think tags: {caps.think_tags[0]} {caps.think_tags[1]}")
+    lines.append(f"  date in the prompt: {s.yes_no(caps.date_dependent, good=False)}")
+    for flag, message in caps.errors:
+        lines.append(f"  {flag}: {s(repr(message), 'dim')}")
+    return lines
+
+
+def findings_text(findings: list[Finding], source_name: str, *, color: bool) -> str:
+    """Lint findings as ``NAME:LINE: severity: message [code]`` lines, then a count."""
+    s = Style(color)
+    tone = {"error": "red", "warning": "yellow", "info": "blue"}
+    lines = []
+    for f in findings:
+        where = f"{source_name}:{f.line}" if f.line else source_name
+        lines.append(f"{where}: {s(f.severity, tone[f.severity], 'bold')}: {f.message} [{f.code}]")
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = sum(f.severity == "warning" for f in findings)
+    if findings:
+        lines.append(f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}")
+    else:
+        lines.append(s("no findings", "green"))
+    return "\n".join(lines) + "\n"
