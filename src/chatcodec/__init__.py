@@ -48,6 +48,10 @@ from .tokens import load as load
 if _typing.TYPE_CHECKING:  # what type checkers and IDEs see for the lazy names
     from .compat import apply_chat_template as apply_chat_template
     from .compat import patch as patch
+    from .inspection import Finding as Finding
+    from .inspection import Report as Report
+    from .inspection import inspect as inspect
+    from .inspection import lint as lint
     from .tools import Toolbox as Toolbox
     from .tools import tool_schema as tool_schema
 
@@ -55,6 +59,10 @@ __version__ = "0.1.0"  # the one place the version is written: pyproject.toml re
 
 #: public name -> the module that defines it, imported the first time the name is used (PEP 562)
 _LAZY: dict[str, str] = {
+    "Finding": "chatcodec.inspection",
+    "Report": "chatcodec.inspection",
+    "inspect": "chatcodec.inspection",
+    "lint": "chatcodec.inspection",
     "Toolbox": "chatcodec.tools",
     "apply_chat_template": "chatcodec.compat",
     "patch": "chatcodec.compat",
@@ -72,11 +80,13 @@ __all__ = [
     "Decoder",
     "Delta",
     "Encoding",
+    "Finding",
     "InputError",
     "LimitError",
     "Limits",
     "LoadError",
     "MaskError",
+    "Report",
     "SandboxError",
     "SchemaError",
     "SpecialTokenError",
@@ -93,6 +103,8 @@ __all__ = [
     "decoder",
     "decoder_for",
     "detect_format",
+    "inspect",
+    "lint",
     "load",
     "load_template",
     "patch",

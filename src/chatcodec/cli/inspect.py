@@ -8,7 +8,7 @@ import sys
 
 from ..inspection import inspect
 from ..inspection.loading import load_pair
-from ..inspection.text import report_text
+from ..inspection.report import report_text
 from . import common
 
 __all__ = ["configure", "run"]

@@ -2,7 +2,7 @@
 
 * :func:`inspect` -> :class:`Report`: capabilities, output format, stop markers, special tokens,
   rejected roles, variables, prefix stability and token overhead (:mod:`.report`);
-* :func:`lint` -> :class:`Finding` list: concrete risks with severities and template lines (:mod:`.lint`);
+* :func:`lint` -> :class:`Finding` list: concrete risks with severities and template lines (:mod:`.linting`);
 * :mod:`.compare`: two templates on the same conversations, or a template against formatted samples;
 * :mod:`.page`: one self-contained HTML page of a rendered conversation.
 
@@ -11,7 +11,7 @@ This package sits above the core (nothing below imports it) and uses its public 
 
 from __future__ import annotations
 
-from .lint import Finding, lint
+from .linting import Finding, lint
 from .prefix import PrefixChange, PrefixStability, prefix_stability
 from .report import Overhead, Report, RoleCheck, inspect
 

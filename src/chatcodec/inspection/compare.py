@@ -9,11 +9,11 @@ sample's ``text`` or ``input_ids``.
 >>> from chatcodec import load_template
 >>> found = compare(load_template("qwen3"), load_template("qwen3"), variables_b={"enable_thinking": False})
 >>> [c.name for c in found if not c.same]
-['user', 'roles', 'tools', 'reasoning']
+['user', 'roles', 'tools']
 >>> print(found[0].text_diff(color=False), end="")  # doctest: +NORMALIZE_WHITESPACE
 --- a
 +++ b
-@@ -2,2 +2,5 @@
+@@ -2,2 +2,6 @@
  What is the capital of France?<|im_end|>
  <|im_start|>assistant
 +<think>

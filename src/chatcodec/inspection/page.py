@@ -13,13 +13,14 @@ character one token, the template's markers one token each): the same span logic
 from __future__ import annotations
 
 import html
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ChatcodecError, InputError
 from ..render import ChatTemplate
-from .lint import Finding, markers
+from .linting import Finding, markers
 from .report import Report
 
 if TYPE_CHECKING:
@@ -136,7 +137,8 @@ pre.prompt { font: 13.5px/1.7 ui-monospace, Menlo, Consolas, "DejaVu Sans Mono",
 .escaped { text-decoration: underline wavy #e65100; }
 .tok { box-shadow: inset -1px 0 0 rgba(0, 0, 0, 0.28); }
 .trained { text-decoration: underline 3px #2e7d32; text-underline-offset: 3px; }
-table { border-collapse: collapse; font-size: 13px; } td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
+table { border-collapse: collapse; font-size: 13px; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 ul.findings li { margin: 2px 0; } .sev-error { color: #b71c1c; font-weight: 700; }
 .sev-warning { color: #e65100; font-weight: 700; } .sev-info { color: #1565c0; font-weight: 700; }
@@ -214,7 +216,7 @@ def _prompt(data: PageData) -> str:
     out = []
     current_owner: int | None = -2
     open_token_end: int | None = None
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         who = owner(a)
         if who != current_owner:
             if open_token_end is not None:
@@ -233,8 +235,8 @@ def _prompt(data: PageData) -> str:
             current_owner = who
         if a in token_at and open_token_end is None:
             index, end, token_id, trained = token_at[a]
-            classes = "tok" + (" trained" if trained else "")
-            out.append(f'<span class="{classes}" title="token {index}: id {token_id}">')
+            token_class = "tok" + (" trained" if trained else "")
+            out.append(f'<span class="{token_class}" title="token {index}: id {token_id}">')
             open_token_end = end
         classes = []
         if a in specials or any(s <= a < e for s, e in data.specials):

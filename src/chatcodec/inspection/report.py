@@ -18,13 +18,14 @@ from ..render import ChatTemplate
 from ..templates import load_template
 from .prefix import PrefixStability, prefix_stability
 from .probes import NOW, Needles, render_or_error, tool_call_turn, tool_result
+from .text import Style, capabilities_text, visible
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from ..tokens import Codec
 
-__all__ = ["Overhead", "Report", "RoleCheck", "inspect", "role_checks"]
+__all__ = ["Overhead", "Report", "RoleCheck", "inspect", "report_text", "role_checks"]
 
 #: what ``detect(template).how`` means, in words
 HOW = {
@@ -129,8 +130,6 @@ class Report:
         }
 
     def __str__(self) -> str:
-        from .text import report_text
-
         return report_text(self, color=False)
 
 
@@ -232,3 +231,56 @@ def token_overhead(codec: Codec) -> Overhead:
         fixed=len(encoding) - sum(counts),
         generation_prompt=len(with_prompt) - len(without_prompt),
     )
+
+
+def report_text(report: Report, *, color: bool) -> str:
+    """The report of :func:`~chatcodec.inspect`, for a person."""
+    s = Style(color)
+    caps = report.capabilities
+    rows: list[tuple[str, str]] = []
+    rows.append(
+        (
+            "output format",
+            f"{s(report.output_format, 'bold')}  {s(HOW.get(report.format_how, report.format_how), 'dim')}",
+        )
+    )
+    if report.tool_call_text:
+        rows.append(("", f"a tool call renders as: {visible(report.tool_call_text.strip(), 80)}"))
+    rows.append(("stop markers", "  ".join(report.stop_markers) or s("none found", "yellow")))
+    if report.special_tokens:
+        written = "  ".join(f"{name} {value}" if value else name for name, value in report.special_tokens.items())
+        rows.append(("special tokens", written))
+        rows.append(("", s("written by the template itself: tokenize its prompt with add_special_tokens=False", "dim")))
+    else:
+        rows.append(("special tokens", s("none written by the template", "dim")))
+    marks = {"rendered": s("✓", "green"), "rejected": s("✗ rejected", "red"), "dropped": s("✗ dropped", "yellow")}
+    rows.append(("roles", "  ".join(f"{r.role} {marks[r.status]}" for r in report.roles)))
+    for check in report.roles:
+        if check.status == "rejected":
+            where = f" (template line {check.line})" if check.line else ""
+            rows.append(("", f"{check.role}: {s(repr(check.message), 'red')}{where}"))
+        elif check.status == "dropped":
+            rows.append(("", f"{check.role}: rendered without its text"))
+    rows.append(("variables", ", ".join(report.variables) or s("none", "dim")))
+    rows.append(("prefix stable", s.yes_no(report.prefix.stable)))
+    if report.prefix.stable is False:
+        rows += [("", f"- {visible(change.explanation, 160)}") for change in report.prefix.changes]
+    elif report.prefix.stable is None:
+        rows.append(("", report.prefix.explanation))
+    if report.overhead is not None:
+        o = report.overhead
+        per_role = ", ".join(f"{role} {count}" for role, count in o.per_role.items())
+        rows.append(
+            (
+                "token overhead",
+                f"per turn: {per_role}; outside turns: {o.fixed}; generation prompt: {o.generation_prompt}",
+            )
+        )
+    elif report.overhead_error:
+        rows.append(("token overhead", s(f"not measured: {report.overhead_error}", "yellow")))
+    else:
+        rows.append(("token overhead", s("give --tokenizer to measure it", "dim")))
+    head = s(report.template or "unnamed template", "bold")
+    lines = [head, *(f"  {key:<15} {value}" for key, value in rows), "", s("capabilities", "bold")]
+    lines += capabilities_text(caps, color=color)
+    return "\n".join(line.rstrip() for line in lines) + "\n"

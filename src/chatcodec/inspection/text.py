@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, ClassVar
 from ..capabilities import Capabilities
 
 if TYPE_CHECKING:
-    from .lint import Finding
-    from .report import Report
+    from .linting import Finding
 
-__all__ = ["Style", "capabilities_text", "findings_text", "report_text"]
+__all__ = ["Style", "capabilities_text", "findings_text", "visible"]
 
 
 class Style:
@@ -35,65 +34,10 @@ class Style:
         return self("yes" if value else "no", "green" if value == good else "red")
 
 
-def _visible(text: str, limit: int = 100) -> str:
+def visible(text: str, limit: int = 100) -> str:
     """Text on one line, with newlines shown as ``\\n`` and long text cut."""
     shown = text.replace("\n", "\\n")
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
-
-
-def report_text(report: Report, *, color: bool) -> str:
-    """The report of :func:`~chatcodec.inspect`, for a person."""
-    from .report import HOW
-
-    s = Style(color)
-    caps = report.capabilities
-    rows: list[tuple[str, str]] = []
-    rows.append(
-        (
-            "output format",
-            f"{s(report.output_format, 'bold')}  {s(HOW.get(report.format_how, report.format_how), 'dim')}",
-        )
-    )
-    if report.tool_call_text:
-        rows.append(("", f"a tool call renders as: {_visible(report.tool_call_text.strip(), 80)}"))
-    rows.append(("stop markers", "  ".join(report.stop_markers) or s("none found", "yellow")))
-    if report.special_tokens:
-        written = "  ".join(f"{name} {value}" if value else name for name, value in report.special_tokens.items())
-        rows.append(("special tokens", written))
-        rows.append(("", s("written by the template itself: tokenize its prompt with add_special_tokens=False", "dim")))
-    else:
-        rows.append(("special tokens", s("none written by the template", "dim")))
-    marks = {"rendered": s("✓", "green"), "rejected": s("✗ rejected", "red"), "dropped": s("✗ dropped", "yellow")}
-    rows.append(("roles", "  ".join(f"{r.role} {marks[r.status]}" for r in report.roles)))
-    for check in report.roles:
-        if check.status == "rejected":
-            where = f" (template line {check.line})" if check.line else ""
-            rows.append(("", f"{check.role}: {s(repr(check.message), 'red')}{where}"))
-        elif check.status == "dropped":
-            rows.append(("", f"{check.role}: rendered without its text"))
-    rows.append(("variables", ", ".join(report.variables) or s("none", "dim")))
-    rows.append(("prefix stable", s.yes_no(report.prefix.stable)))
-    if report.prefix.stable is False:
-        rows += [("", f"- {_visible(change.explanation, 160)}") for change in report.prefix.changes]
-    elif report.prefix.stable is None:
-        rows.append(("", report.prefix.explanation))
-    if report.overhead is not None:
-        o = report.overhead
-        per_role = ", ".join(f"{role} {count}" for role, count in o.per_role.items())
-        rows.append(
-            (
-                "token overhead",
-                f"per turn: {per_role}; outside turns: {o.fixed}; generation prompt: {o.generation_prompt}",
-            )
-        )
-    elif report.overhead_error:
-        rows.append(("token overhead", s(f"not measured: {report.overhead_error}", "yellow")))
-    else:
-        rows.append(("token overhead", s("give --tokenizer to measure it", "dim")))
-    head = s(report.template or "unnamed template", "bold")
-    lines = [head, *(f"  {key:<15} {value}" for key, value in rows), "", s("capabilities", "bold")]
-    lines += capabilities_text(caps, color=color)
-    return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
 def capabilities_text(caps: Capabilities, *, color: bool) -> list[str]:

@@ -21,7 +21,7 @@ The rules (codes in brackets; ``error`` findings make ``chatcodec lint`` exit 1)
 
 >>> import chatcodec
 >>> [f.code for f in chatcodec.lint("chatml")]
-['special-token-injection']
+['drops-tool-calls', 'special-token-injection']
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def _prefix(template: ChatTemplate) -> list[Finding]:
     stability = prefix_stability(template)
     if stability.stable is not False:
         return []
-    line = _first_line(template.source, lambda n: _mentions(n, "reasoning_content"))
+    line = _first_line(template.source, lambda n: _is_key(n, "reasoning_content"))
     found = []
     for change in stability.changes:
         at = line if change.kind == "history_reasoning_dropped" else None
@@ -297,13 +297,15 @@ def _engines(source: str, name: str) -> list[Finding]:
     return found
 
 
+def _is_key(node: nodes.Node, key: str) -> bool:
+    """``node`` reads ``.key`` or ``["key"]``."""
+    if isinstance(node, nodes.Getattr):
+        return node.attr == key
+    return isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and node.arg.value == key
+
+
 def _mentions(node: nodes.Node, key: str) -> bool:
-    for inner in node.find_all((nodes.Getattr, nodes.Getitem)):
-        if isinstance(inner, nodes.Getattr) and inner.attr == key:
-            return True
-        if isinstance(inner, nodes.Getitem) and isinstance(inner.arg, nodes.Const) and inner.arg.value == key:
-            return True
-    return False
+    return any(_is_key(inner, key) for inner in node.find_all((nodes.Getattr, nodes.Getitem)))
 
 
 def _first_line(source: str, wanted: Callable[[nodes.Node], bool]) -> int | None:
