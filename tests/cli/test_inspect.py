@@ -27,8 +27,9 @@ def test_inspect_table_keeps_the_templates_message() -> None:
     code, out, err = run(["inspect", GEMMA2])
     assert code == 0, err
     lines = out.decode().splitlines()
-    assert "system                     no  (System role not supported)" in lines
-    assert "stop_markers               <end_of_turn>" in lines
+    assert "                  system: 'System role not supported' (template line 1)" in lines
+    assert "  stop markers    <end_of_turn>" in lines
+    assert "  system: 'System role not supported'" in lines  # the capability's message, below the flags
 
 
 def test_inspect_reads_a_tokenizer_config() -> None:
