@@ -86,7 +86,7 @@ def test_a_planted_token_mismatch_is_found() -> None:
     ids = codec.encode(messages).input_ids
     im_end = ids[-2]
     assert codec.decode([im_end]) == "<|im_end|>"
-    rows = [(1, {"messages": messages, "input_ids": ids}), (2, {"messages": messages, "input_ids": ids[:-2] + [198]})]
+    rows = [(1, {"messages": messages, "input_ids": ids}), (2, {"messages": messages, "input_ids": [*ids[:-2], 198]})]
     checks = check_samples(codec.template, rows, codec=codec)
     assert [c.same for c in checks] == [True, False]
     assert f"-{im_end:>8} '<|im_end|>'" in checks[1].diff(color=False)

@@ -20,7 +20,8 @@ Tools: {{ tools | map(attribute='function') | map(attribute='name') | join(', ')
 {%- for m in messages %}<|im_start|>{{ m.role }}
 {% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}
 {{- (m.content or '') | replace('<|im_end|>', '') | replace('<|im_start|>', '') }}
-{%- for call in m.tool_calls or [] %}<call>{{ call.function.name }} {{ call.function.arguments | tojson }}</call>{% endfor %}
+{%- for call in m.tool_calls or [] %}
+<call>{{ call.function.name }} {{ call.function.arguments | tojson }}</call>{% endfor %}
 <|im_end|>
 {% endfor %}
 {%- if add_generation_prompt %}<|im_start|>assistant
@@ -52,7 +53,7 @@ def test_raises_on_a_common_role_with_the_templates_message_and_line() -> None:
 
 def test_drops_tool_calls() -> None:
     source = CLEAN.replace(
-        "{%- for call in m.tool_calls or [] %}<call>{{ call.function.name }} {{ call.function.arguments | tojson }}"
+        "{%- for call in m.tool_calls or [] %}\n<call>{{ call.function.name }} {{ call.function.arguments | tojson }}"
         "</call>{% endfor %}",
         "",
     )
