@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     request = common.read_request(args.file)
     variables = common.variables_from(args, request)
-    options = common.render_options_from(args, request, generation_default=False)
+    options = common.render_options_from(args, request)
     name = args.template or args.tokenizer
     if name is None:
         raise InputError("show needs --template NAME|PATH or --tokenizer PATH")

@@ -121,7 +121,7 @@ def prefix_stability(template: ChatTemplate) -> PrefixStability:
     >>> prefix_stability(load_template("chatml")).stable
     True
     >>> print(prefix_stability(load_template("qwen3")).changes[0].explanation)  # doctest: +ELLIPSIS
-    history reasoning dropped: the reasoning of message 1 (assistant) is no longer rendered ...
+    history reasoning dropped: the reasoning of message 2 (assistant) is no longer rendered ...
     """
     caps = template.capabilities
     full = conversation(caps)
