@@ -137,3 +137,18 @@ def test_show_writes_a_page(tmp_path: Path) -> None:
     assert text.startswith("<!DOCTYPE html>") and "Capital of France?" in text and 'id="legend"' in text
     code, _, err = run(["show", str(chat), "--html", str(page)])
     assert code == 2 and "needs --template" in err
+
+
+def test_diff_on_the_callers_conversations(tmp_path: Path) -> None:
+    chats = tmp_path / "chats.jsonl"
+    rows = [
+        {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True},
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]},
+    ]
+    chats.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    code, out, err = run(["diff", "chatml", "qwen3", "--messages", str(chats)])
+    text = out.decode()
+    assert code == 1, err
+    # the generation prompts agree; the answer differs by the empty think block Qwen3 writes in a final turn
+    assert f"== {chats} line 1: same\n" in text and f"== {chats} line 2: differs\n" in text
+    assert "+<think>\n+\n+</think>\n+\n" in text and text.endswith("1 of 2 conversations differ\n")
