@@ -205,40 +205,68 @@ class GemmaMachine(KeyedArgsMachine):
 
 
 def gemma_json(text: str, esc: str = ESC) -> str:
-    """JSON for a FunctionGemma value: ``{k:v}``, ``[a,b]``, ``<escape>s<escape>``, or a bare token."""
-    value, _ = _gemma_value(text.strip(), 0, esc)
-    return _dumps(value)
+    """JSON for a FunctionGemma value: ``{k:v}``, ``[a,b]``, ``<escape>s<escape>``, or a bare token.
 
+    One pass that writes JSON text with an explicit stack, so nesting depth costs no recursion; a
+    closing bracket of either kind closes the innermost container, and what is missing at the end
+    is closed.
 
-def _gemma_value(s: str, i: int, esc: str) -> tuple[object, int]:
-    i = skip_space(s, i)
-    if s.startswith(esc, i):
-        end = s.find(esc, i + len(esc))
-        end = len(s) if end < 0 else end
-        return s[i + len(esc) : end], end + len(esc)
-    if i < len(s) and s[i] in "{[":
-        closing = "}" if s[i] == "{" else "]"
-        items: list[object] = []
-        obj: dict[str, object] = {}
-        i += 1
-        while True:
-            i = skip_space(s, i)
-            if i >= len(s) or s[i] == closing:
-                return (obj if closing == "}" else items), i + 1
-            if s[i] == ",":
+    >>> gemma_json("{a:[1,<escape>x, y<escape>],b:true}")
+    '{"a": [1, "x, y"], "b": true}'
+    """
+    s = text.strip()
+    n = len(s)
+    out: list[str] = []
+    closers: list[str] = []  # the closing bracket of each open container, innermost last
+    fresh: list[bool] = []  # per open container: nothing written in it yet
+    want_key: list[bool] = []  # per open container: an object waiting for its next key
+    i = 0
+    while True:
+        i = skip_space(s, i)
+        if i >= n or (not closers and out):
+            break
+        if closers:
+            c = s[i]
+            if c in "}]":
+                out.append(closers.pop())
+                fresh.pop()
+                want_key.pop()
                 i += 1
                 continue
-            if closing == "}":
+            if c == ",":
+                i += 1
+                continue
+            if want_key[-1]:
                 colon = s.find(":", i)
                 if colon < 0:
-                    return obj, len(s)
-                key = s[i:colon].strip().replace(esc, "")
-                obj[key], i = _gemma_value(s, colon + 1, esc)
+                    break
+                out.append(("" if fresh[-1] else ", ") + _dumps(s[i:colon].strip().replace(esc, "")) + ": ")
+                fresh[-1] = want_key[-1] = False
+                i = colon + 1
+                continue
+            if closers[-1] == "]":
+                out.append("" if fresh[-1] else ", ")
+                fresh[-1] = False
             else:
-                item, i = _gemma_value(s, i, esc)
-                items.append(item)
-    end = i
-    while end < len(s) and s[end] not in ",}]":
-        end += 1
-    token = s[i:end].strip()
-    return json.loads(typed_value(token, None)), end
+                want_key[-1] = True
+        if s.startswith(esc, i):
+            end = s.find(esc, i + len(esc))
+            end = n if end < 0 else end
+            out.append(_dumps(s[i + len(esc) : end]))
+            i = end + len(esc)
+        elif s[i] in "{[":
+            out.append(s[i])
+            closers.append("}" if s[i] == "{" else "]")
+            fresh.append(True)
+            want_key.append(s[i] == "{")
+            i += 1
+        else:
+            end = i
+            while end < n and s[end] not in ",}]":
+                end += 1
+            out.append(typed_value(s[i:end].strip(), None))
+            i = end
+    if closers and closers[-1] == "}" and not want_key[-1] and not fresh[-1] and out[-1].endswith(": "):
+        out.append("null")  # a key whose value never came
+    out.extend(reversed(closers))
+    return "".join(out) or '""'

@@ -45,6 +45,7 @@ class HarmonyMachine(MachineBase):
         self._body_end = MarkerSet((*ENDS, START))
         self._header: list[str] = []
         self._kind = "content"
+        self._blank = True  # a call's body has been only whitespace so far
         self._verbatim = False  # reasoning_format="none": an analysis message stays as written
 
     def s_body(self, final: bool) -> bool:
@@ -79,8 +80,8 @@ class HarmonyMachine(MachineBase):
     def s_header(self, final: bool) -> bool:
         buf, pos = self.buf, self.pos
         size = sum(map(len, self._header))
-        i, marker = markers(MESSAGE).find(buf, pos, final)
         limit = pos + HEADER_LIMIT - size
+        i, marker = markers(MESSAGE).find(buf, pos, final, limit + 1)
         end = min(i, limit)
         newline = buf.find("\n", pos, end)  # a header is one line: fail exactly there
         bad = newline >= 0
@@ -99,7 +100,7 @@ class HarmonyMachine(MachineBase):
         if recipient is not None:
             name = recipient.removeprefix("functions.")
             if valid_name(name) and self.commit(name):
-                self._kind = "call"
+                self._kind, self._blank = "call", True
                 self.state = self.s_message
                 return True
             self.fallback()
@@ -124,6 +125,7 @@ class HarmonyMachine(MachineBase):
             text = buf[pos:i]
             if self._kind == "call":
                 self.out.args(text)
+                self._blank = self._blank and text.isspace()
                 self.hold(i)
             elif self._kind == "reasoning":
                 self.out.reasoning(text)
@@ -140,6 +142,8 @@ class HarmonyMachine(MachineBase):
             else:
                 self.markup(i + len(marker))
         if self._kind == "call":
+            if self._blank and marker is not None:
+                self.out.args("{}")  # an empty body: a call without arguments
             self.end_call()
         self._kind, self._verbatim = "content", False
         self.state = self.s_body

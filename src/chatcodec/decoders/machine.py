@@ -62,26 +62,29 @@ class MarkerSet:
         self._first = re.compile(f"[{chars}]") if chars else None
         self._prefixes = frozenset(m[:k] for m in self.markers for k in range(1, len(m)))
 
-    def find(self, s: str, pos: int, final: bool) -> tuple[int, str | None]:
+    def find(self, s: str, pos: int, final: bool, end: int | None = None) -> tuple[int, str | None]:
         """The earliest marker at or after ``pos``: ``(index, marker)``.
 
         Without a full match, ``(index, None)``: ``index`` is where the undecided tail starts (a
         proper prefix of a marker running to the end of ``s``), or ``len(s)``. With ``final`` there
-        is no tail.
+        is no tail. With ``end``, only markers starting before ``end`` count, and ``(end, None)``
+        means none does (a caller with a length limit never scans past it).
         """
-        if self._first is None:
-            return len(s), None
         n = len(s)
-        m = self._first.search(s, pos)
+        if end is None or end >= n:
+            end = n
+        if self._first is None:
+            return end, None
+        m = self._first.search(s, pos, end)
         while m is not None:
             i = m.start()
             for marker in self._by_first[s[i]]:
                 if s.startswith(marker, i):
                     return i, marker
-            if not final and n - i < self.longest and s[i:] in self._prefixes:
+            if not final and end == n and n - i < self.longest and s[i:] in self._prefixes:
                 return i, None
-            m = self._first.search(s, i + 1)
-        return n, None
+            m = self._first.search(s, i + 1, end)
+        return end, None
 
     def match(self, s: str, i: int, final: bool) -> tuple[str | None, bool]:
         """The marker starting exactly at ``i``: ``(marker, False)``; ``(None, True)`` if undecided."""
@@ -281,8 +284,8 @@ class MachineBase:
             self.out.markup("".join(self.held))
             self.held.clear()
 
-    def end_call(self, error: str | None = None, *, require_json: bool = False) -> None:
-        self.out.end_call(error, require_json=require_json)
+    def end_call(self, error: str | None = None) -> None:
+        self.out.end_call(error)
 
     # -- reasoning prelude ---------------------------------------------------------------------
 

@@ -272,8 +272,8 @@ class XmlMachine(KeyedArgsMachine):
         """GLM: the name runs from the block opener to a newline or the first argument."""
         assert self._name_end is not None
         buf, pos = self.buf, self.pos
-        i, marker = self._name_end.find(buf, pos, final)
         limit = pos + TAG_LIMIT - sum(map(len, self._text))
+        i, marker = self._name_end.find(buf, pos, final, limit + 1)
         if i > limit:
             i, marker = limit + 1, None
         self._text.append(buf[pos:i])
@@ -331,8 +331,8 @@ class XmlMachine(KeyedArgsMachine):
     def s_key(self, final: bool) -> bool:
         """The argument's name: ``k>``, ``name="k" ...>`` or ``k</arg_key>``."""
         spec, buf, pos = self.spec, self.buf, self.pos
-        i, marker = self._key_end.find(buf, pos, final)
         cap = pos + TAG_LIMIT - sum(map(len, self._text))
+        i, marker = self._key_end.find(buf, pos, final, cap + 1)
         if marker is None and not final and i <= cap:
             self._text.append(buf[pos:i])
             self.hold(i)
