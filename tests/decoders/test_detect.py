@@ -17,7 +17,10 @@ import pytest
 
 from chatcodec import ChatTemplate
 from chatcodec.decoders import decoder, formats
-from chatcodec.decoders.detect import PREFERENCE, decoder_for, detect, detect_format, prompt_state
+from chatcodec.decoders.catalog import DETECTION_ORDER
+from chatcodec.decoders.detect import decoder_for, detect, detect_format
+from chatcodec.decoders.prompt import prompt_state
+from chatcodec.decoders.registry import get_format
 from chatcodec.exceptions import ChatcodecError
 
 from ..conftest import CORPUS, conversations, manifest, require_shared, template_source
@@ -159,7 +162,7 @@ def test_generation_prompt_sets_the_reasoning_state(name: str) -> None:
         common = 0
         while common < min(len(prompt), len(history)) and prompt[common] == history[common]:
             common += 1
-        state = prompt_state(prompt[common:], fmt)  # the generation prompt itself
+        state = prompt_state(prompt[common:], get_format(fmt).think)  # the generation prompt itself
         d = decoder_for(template, **kwargs)
         if state is not None:
             assert d.options.forced_open == (state == "open"), (kwargs, prompt[common:])
@@ -193,9 +196,10 @@ def test_reasoning_turn_round_trip() -> None:
     assert checked >= 8
 
 
-def test_preference_lists_known_formats_once() -> None:
-    assert len(PREFERENCE) == len(set(PREFERENCE))
-    assert set(PREFERENCE) <= set(formats())
+def test_detection_order_lists_known_formats_once() -> None:
+    assert len(DETECTION_ORDER) == len(set(DETECTION_ORDER))
+    assert set(DETECTION_ORDER) <= set(formats())
+    assert {name for name in formats() if get_format(name).rank is not None} == set(DETECTION_ORDER)
 
 
 def test_decoder_for_uses_the_real_prompt_when_given() -> None:

@@ -19,7 +19,7 @@ from .detect import Detection as Detection
 from .detect import decoder_for as decoder_for
 from .detect import detect as detect
 from .detect import detect_format as detect_format
-from .registry import Decoder as Decoder
+from .format import Decoder as Decoder
 from .registry import decoder as decoder
 from .registry import formats as formats
 

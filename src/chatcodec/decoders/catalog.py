@@ -1,24 +1,25 @@
 """Every output format as data: its family machine, markers and reasoning tags.
 
-Importing this module fills the registry. Names follow ``shared/parse-vectors.jsonl``; three more
-cover what the corpus needs: ``midm`` (Mi:dm 2.0, Hermes with the newlines always present),
+:data:`CATALOG` maps each name to its :class:`Format`. Names follow ``shared/parse-vectors.jsonl``;
+three more cover what the corpus needs: ``midm`` (Mi:dm 2.0, Hermes with the newlines always present),
 ``hermes_call_id`` (``<tool_call>CALL_ID`` then the JSON, the id kept; every Hermes variant accepts
-that line) and ``content`` (no tool syntax at all, an optional leading ``<think>`` block).
+that line) and ``content`` (no tool syntax at all, optional ``<think>`` blocks).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .base import Sink
+from .format import Build, Format
 from .gemma import ESC, GemmaMachine
 from .generic import FunctionaryMachine, GenericMachine
 from .harmony import CHANNEL, CONSTRAIN, ENDS, MESSAGE, START, HarmonyMachine
 from .jsonstream import CallKeys
 from .machine import MachineBase, Options, ThinkSpec
 from .pythonic import PythonicMachine
-from .registry import Build, Format, register
 from .tagged_json import (
     Block,
     JsonMachine,
@@ -29,6 +30,8 @@ from .tagged_json import (
     mistral_header,
 )
 from .xml_args import XmlMachine, XmlSpec
+
+__all__ = ["CATALOG", "DETECTION_ORDER", "FORMATS", "tagged_spec"]
 
 # -- reasoning tags ------------------------------------------------------------------------------------
 
@@ -481,5 +484,25 @@ FORMATS: list[Format] = [
     Format("content", "Plain text with an optional leading <think> block; no tool calls", _PLAIN, THINK),
 ]
 
-for _format in FORMATS:
-    register(_format)
+#: detection preference (see :attr:`Format.rank`): ties go to the format listed first.
+#: llama3_json comes first: on bare JSON it ties with Hermes' bare-object fallback and is the real
+#: owner; wherever Hermes tags are present, Hermes explains more of the text and wins outright.
+#: Formats not listed are never detected: variants that add nothing to detection, Ollama's
+#: runtime heuristics, and reasoning-only formats.
+DETECTION_ORDER = (
+    "llama3_json", "hermes", "qwen3_coder", "glm45", "minimax_m2", "deepseek_dsml", "seed_oss", "kimi_k2",
+    "deepseek_v3_1", "deepseek_v3", "deepseek_r1", "mistral_v11", "mistral_v13", "mistral_pre_v11", "gpt_oss",
+    "command_r7b", "command_r_plus", "apriel", "granite", "nemotron_v2", "lfm2", "apertus", "phi4_mini",
+    "phi4_mini_llamacpp", "gemma4", "function_gemma", "functionary_v3_2", "functionary_v3_1", "llama4_pythonic",
+    "pythonic", "granite_20b_fc", "generic",
+)  # fmt: skip
+#: Mistral templates reject any call id but nine alphanumerics
+_MISTRAL_IDS = frozenset({
+    "mistral_pre_v11", "mistral_nemo", "mistral_v11", "mistral_v13", "mistral_v11_vllm_text", "magistral",
+})  # fmt: skip
+
+_RANKS = {name: rank for rank, name in enumerate(DETECTION_ORDER)}
+CATALOG: dict[str, Format] = {
+    f.name: dataclasses.replace(f, rank=_RANKS.get(f.name), id_style="mistral" if f.name in _MISTRAL_IDS else "openai")
+    for f in FORMATS
+}

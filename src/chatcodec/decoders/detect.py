@@ -21,17 +21,17 @@ import json
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from ..exceptions import ChatcodecError
+from ..exceptions import ChatcodecError, DecodeError
 from ..polyfills import Polyfill, select
-from .registry import Decoder, decoder, formats, get_format
+from ..render import ChatTemplate
+from .catalog import CATALOG
+from .format import Decoder
+from .prompt import PROBE_NOW, PROBE_USER, as_template, template_think_state
+from .registry import decoder, get_format, make_decoder
 
-if TYPE_CHECKING:
-    from ..render import ChatTemplate
-
-__all__ = ["Detection", "decoder_for", "detect", "detect_format", "prompt_state", "template_think_state"]
+__all__ = ["Detection", "decoder_for", "detect", "detect_format"]
 
 PROBE_NAME = "get_weather"
 PROBE_ARGS = {"city": "Paris"}
@@ -51,29 +51,13 @@ PROBE_TOOLS = [
         },
     }
 ]
-_USER = {"role": "user", "content": "What is the weather in Paris?"}
-_NOW = datetime(2026, 1, 1, 12, 0, 0)
+_USER = PROBE_USER
+_NOW = PROBE_NOW
 #: what the window may start before the first differing character (a marker cut by the diff)
 BACKOFF = 48
-#: how much of a given prompt, beyond the length of the template's generation prompt, is examined
-PROMPT_SLACK = 16
 
-#: ties go to the format listed first; the rest follow in name order
-#: (llama3_json comes first: on bare JSON it ties with Hermes' bare-object fallback and is the real
-#: owner; wherever Hermes tags are present, Hermes explains more of the text and wins outright.)
-PREFERENCE = (
-    "llama3_json", "hermes", "qwen3_coder", "glm45", "minimax_m2", "deepseek_dsml", "seed_oss", "kimi_k2",
-    "deepseek_v3_1", "deepseek_v3", "deepseek_r1", "mistral_v11", "mistral_v13", "mistral_pre_v11", "gpt_oss",
-    "command_r7b", "command_r_plus", "apriel", "granite", "nemotron_v2", "lfm2", "apertus", "phi4_mini",
-    "phi4_mini_llamacpp", "gemma4", "function_gemma", "functionary_v3_2", "functionary_v3_1", "llama4_pythonic",
-    "pythonic", "granite_20b_fc", "generic",
-)  # fmt: skip
-#: never chosen by detection: aliases that add nothing, Ollama's runtime heuristics, reasoning only
-_NOT_DETECTED = frozenset({
-    "midm", "hermes_call_id", "hermes_qwen_agent_code", "generic_template_tag", "json_bare", "json_list",
-    "mistral_nemo", "mistral_v11_vllm_text", "magistral", "nemotron_v3", "firefunction_v2",
-    "reasoning_deepseek_r1", "reasoning_qwen3", "content",
-})  # fmt: skip
+#: the formats detection may choose, best rank first
+_DETECTABLE = sorted((f for f in CATALOG.values() if f.rank is not None), key=lambda f: f.rank or 0)
 #: markers too common in templates to identify a format from the source alone
 _WEAK_MARKERS = frozenset({
     "{", "}", "[", "]", ";", "```", "```json", "```xml", "functools", "Action:", "all", "<response>",
@@ -98,23 +82,35 @@ class Detection:
 
 
 _CACHE: weakref.WeakKeyDictionary[ChatTemplate, Detection] = weakref.WeakKeyDictionary()
+#: by content too, so that loading the same template again (by name or path) is not probed again
+_BY_CONTENT: dict[tuple[Any, ...], Detection] = {}
+_BY_CONTENT_SIZE = 64
 
 
-def detect_format(template: ChatTemplate) -> str:
+def detect_format(template: ChatTemplate | str) -> str:
     """The name of the output format ``template``'s own tool-call rendering uses.
 
-    >>> from chatcodec import load_template
-    >>> detect_format(load_template("qwen3"))
+    ``template`` is a :class:`~chatcodec.ChatTemplate`, a built-in name or a path.
+
+    >>> detect_format("qwen3")
     'hermes'
     """
     return detect(template).format
 
 
-def detect(template: ChatTemplate) -> Detection:
-    """Like :func:`detect_format`, with how the answer was found (cached per template object)."""
-    found = _CACHE.get(template)
+def detect(template: ChatTemplate | str) -> Detection:
+    """Like :func:`detect_format`, with how the answer was found (cached per template)."""
+    chat = as_template(template)
+    found = _CACHE.get(chat)
     if found is None:
-        found = _CACHE[template] = _detect(template)
+        key = (tuple(sorted(chat.sources.items())), tuple(sorted(chat.special_tokens.items(), key=repr)))
+        found = _BY_CONTENT.get(key)
+        if found is None:
+            found = _detect(chat)
+            if len(_BY_CONTENT) >= _BY_CONTENT_SIZE:
+                _BY_CONTENT.pop(next(iter(_BY_CONTENT)))
+            _BY_CONTENT[key] = found
+        _CACHE[chat] = found
     return found
 
 
@@ -169,18 +165,16 @@ def _call_windows(template: ChatTemplate) -> list[str]:
 
 def _best_decoder(window: str) -> str | None:
     ranked: list[tuple[int, int, int, str]] = []
-    order = {name: i for i, name in enumerate(PREFERENCE)}
-    for name in formats():
-        if name in _NOT_DETECTED:
-            continue
+    for fmt in _DETECTABLE:
+        name = fmt.name
         stream = decoder(name).stream(trace=True)
         stream.feed(window)
         stream.finish()
         calls = stream.message.tool_calls
-        if not calls or calls[0].name != PROBE_NAME or calls[0].arguments != PROBE_ARGS or calls[0].error:
+        if not calls or calls[0].name != PROBE_NAME or calls[0].arguments != PROBE_ARGS:
             continue
         explained = sum(len(s.text) for s in stream.trace if s.kind in ("call", "markup"))
-        ranked.append((-explained, 0 if calls[0].id == PROBE_ID else 1, order.get(name, len(order)), name))
+        ranked.append((-explained, 0 if calls[0].id == PROBE_ID else 1, fmt.rank or 0, name))
     return min(ranked)[3] if ranked else None
 
 
@@ -204,75 +198,19 @@ def _refine(name: str, text: str, source: str) -> str:
 def _from_source(source: str) -> str | None:
     """The format whose distinctive markers the template source mentions most."""
     ranked: list[tuple[int, int, str]] = []
-    order = {name: i for i, name in enumerate(PREFERENCE)}
-    for name in formats():
-        if name in _NOT_DETECTED:
-            continue
-        strong = [m for m in get_format(name).syntax if m not in _WEAK_MARKERS and len(m) >= 5]
+    for fmt in _DETECTABLE:
+        strong = [m for m in fmt.syntax if m not in _WEAK_MARKERS and len(m) >= 5]
         hits = sum(1 for m in strong if m in source)
         if hits:
-            ranked.append((-hits, order.get(name, len(order)), name))
+            ranked.append((-hits, fmt.rank or 0, fmt.name))
     return min(ranked)[2] if ranked else None
 
 
-# -- the generation prompt ------------------------------------------------------------------------
-
-
-def prompt_state(prompt: str, fmt: str) -> Literal["open", "closed"] | None:
-    """Whether ``prompt`` ends inside a think block of format ``fmt`` (``"open"``), after one
-    (``"closed"``, thinking switched off), or neither.
-
-    Give it the generation prompt, or the end of a prompt: a system prompt may well mention the tags.
-
-    >>> prompt_state("<|im_start|>assistant\\n<think>\\n", "hermes")
-    'open'
-    """
-    think = get_format(fmt).think
-    if think is None:
-        return None
-    opened = max((prompt.rfind(tag) for tag in think.start), default=-1)
-    closed = max((prompt.rfind(tag) for tag in think.end), default=-1)
-    if opened > closed:
-        return "open"
-    return "closed" if closed >= 0 else None
-
-
-def _generation_prompt(template: ChatTemplate, kwargs: Mapping[str, Any]) -> str | None:
-    """What ``add_generation_prompt`` appends after a user turn."""
-    try:
-        with_gp = template.render([_USER], add_generation_prompt=True, now=_NOW, **kwargs)
-        without = template.render([_USER], add_generation_prompt=False, now=_NOW, **kwargs)
-    except ChatcodecError:
-        return None
-    common = 0
-    while common < min(len(with_gp), len(without)) and with_gp[common] == without[common]:
-        common += 1
-    return with_gp[common:]
-
-
-def template_think_state(
-    template: ChatTemplate,
-    fmt: str,
-    enable_thinking: bool | None = None,
-    chat_template_kwargs: Mapping[str, Any] | None = None,
-    prompt: str | None = None,
-) -> Literal["open", "closed"] | None:
-    """Whether prompts from ``template`` end inside a think block of ``fmt`` (see :func:`prompt_state`).
-
-    With the real ``prompt``, only its end is examined: about as long as the template's own
-    generation prompt, and a little more.
-    """
-    kwargs = dict(chat_template_kwargs or {})
-    if enable_thinking is not None:
-        kwargs.setdefault("enable_thinking", enable_thinking)
-    generation = _generation_prompt(template, kwargs)
-    if prompt is not None:
-        generation = prompt[-(len(generation or "") + PROMPT_SLACK) :]
-    return prompt_state(generation, fmt) if generation is not None else None
+# -- the decoder for a template ---------------------------------------------------------------
 
 
 def decoder_for(
-    template: ChatTemplate,
+    template: ChatTemplate | str,
     *,
     prompt: str | None = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
@@ -288,17 +226,24 @@ def decoder_for(
     ``chat_template_kwargs`` (and ``enable_thinking``).
     Other options are :func:`~chatcodec.decoders.decoder`'s.
 
-    >>> from chatcodec import load_template
-    >>> d = decoder_for(load_template("qwen3"), enable_thinking=True)
+    >>> d = decoder_for("qwen3", enable_thinking=True)
     >>> d.decode('Hi.<tool_call>{"name": "f", "arguments": {}}</tool_call>').tool_calls[0].name
     'f'
     """
-    name = detect_format(template)
-    if polyfill and "tools_in_system" in select(polyfill, lambda: template.capabilities):
-        name = "generic"
+    chat = as_template(template)
+    fmt = get_format(detect(chat).format)
+    if polyfill and "tools_in_system" in select(polyfill, lambda: chat.capabilities):
+        fmt = get_format("generic")
+    if prompt is not None and not isinstance(prompt, str):
+        raise DecodeError(f"prompt must be the prompt text, not {type(prompt).__name__}.")
+    if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, Mapping):
+        raise DecodeError(f"chat_template_kwargs must be a mapping, not {type(chat_template_kwargs).__name__}.")
     if options.get("thinking_forced_open") is None:
-        state = template_think_state(template, name, options.get("enable_thinking"), chat_template_kwargs, prompt)
+        enable = options.get("enable_thinking")
+        state = template_think_state(
+            chat, fmt.think, enable if isinstance(enable, bool) else None, chat_template_kwargs, prompt
+        )
         if state is not None:
             options["thinking_forced_open"] = state == "open"
-    options.setdefault("template", template)
-    return decoder(name, **options)
+    options.setdefault("template", chat)
+    return make_decoder(fmt, **options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from .base import parse_arguments
@@ -25,24 +26,38 @@ _PY_LITERALS = {"None": "null", "True": "true", "False": "false"}
 def schema_types(schema: Any) -> list[str]:
     """The JSON-schema types a parameter schema allows, in order (``anyOf``/``oneOf``/type lists).
 
+    Any value is accepted: what is not a schema allows no type. Nesting is walked without
+    recursion, and a schema that contains itself is walked once.
+
     >>> schema_types({"anyOf": [{"type": "integer"}, {"type": "null"}]})
     ['integer', 'null']
     """
-    if isinstance(schema, str):
-        return [schema]
-    if not isinstance(schema, dict):
-        return []
-    kind = schema.get("type")
-    if isinstance(kind, str):
-        return [kind]
-    if isinstance(kind, list):
-        return [k for k in kind if isinstance(k, str)]
     found: list[str] = []
-    for key in ("anyOf", "oneOf"):
-        for option in schema.get(key) or ():
-            found.extend(schema_types(option))
-    if not found and isinstance(schema.get("enum"), list):
-        found = ["string"] if all(isinstance(v, str) for v in schema["enum"]) else []
+    seen: set[int] = set()
+    todo = [schema]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            found.append(item)
+            continue
+        if not isinstance(item, Mapping) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        kind = item.get("type")
+        if isinstance(kind, str):
+            found.append(kind)
+        elif isinstance(kind, list | tuple):
+            found.extend(k for k in kind if isinstance(k, str))
+        else:
+            options: list[Any] = []
+            for key in ("anyOf", "oneOf"):
+                listed = item.get(key)
+                if isinstance(listed, list | tuple):
+                    options.extend(listed)
+            if options:
+                todo.extend(reversed(options))
+            elif isinstance(item.get("enum"), list | tuple) and all(isinstance(v, str) for v in item["enum"]):
+                found.append("string")
     return found
 
 
@@ -63,6 +78,9 @@ def typed_value(text: str, kind: str | None) -> str:
 
     >>> typed_value("42", "integer"), typed_value("42", "string"), typed_value("None", "integer")
     ('42', '"42"', 'null')
+    >>> typed_value("{'unit': 'C', 'round': True}", "object")
+    '{"unit": "C", "round": true}'
+
     """
     if kind == "string":
         return _dumps(text)
@@ -74,8 +92,12 @@ def typed_value(text: str, kind: str | None) -> str:
     if ok:
         try:
             return _strict_dumps(value)
-        except ValueError:  # NaN or Infinity: not JSON, keep the text
+        except (ValueError, RecursionError):  # NaN or Infinity, or too deep: not JSON, keep the text
             pass
+    elif text[:1] in ("{", "[") and kind in (None, "object", "array"):
+        converted = py_literal_json(text)  # a Python dict or list, as some templates print them
+        if converted is not None:
+            return converted
     return _dumps(text)
 
 

@@ -1,0 +1,100 @@
+"""What the prompt tells a decoder: the template it came from, and whether it left a think block open.
+
+A completion starts where the prompt ends. If the generation prompt opened a think block, the output
+starts inside reasoning; if it closed one (thinking switched off), it starts in content. That state
+comes from the rendered prompt, never from guessing at keyword arguments.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from ..exceptions import ChatcodecError, DecodeError
+from ..render import ChatTemplate
+from ..templates import load_template
+from .machine import ThinkSpec
+
+__all__ = ["PROBE_NOW", "PROBE_USER", "as_template", "generation_prompt", "prompt_state", "template_think_state"]
+
+PROBE_USER = {"role": "user", "content": "What is the weather in Paris?"}
+PROBE_NOW = datetime(2026, 1, 1, 12, 0, 0)
+#: how much of a given prompt, beyond the length of the template's generation prompt, is examined
+PROMPT_SLACK = 16
+
+ThinkState = Literal["open", "closed"]
+
+
+def as_template(template: object) -> ChatTemplate:
+    """``template`` as a :class:`ChatTemplate`: one already, a built-in name, or a path to load.
+
+    >>> as_template("qwen3").name
+    'qwen3'
+    >>> as_template(5)
+    Traceback (most recent call last):
+    ...
+    chatcodec.exceptions.DecodeError: template must be a ChatTemplate, a built-in template name or a path, not int.
+    """
+    if isinstance(template, ChatTemplate):
+        return template
+    if isinstance(template, str | os.PathLike):
+        return load_template(os.fspath(template))
+    raise DecodeError(
+        f"template must be a ChatTemplate, a built-in template name or a path, not {type(template).__name__}."
+    )
+
+
+def prompt_state(prompt: str, think: ThinkSpec | None) -> ThinkState | None:
+    """Whether ``prompt`` ends inside a think block with the tags of ``think`` (``"open"``), after
+    one (``"closed"``, thinking switched off), or neither.
+
+    Give it the generation prompt, or the end of a prompt: a system prompt may well mention the tags.
+
+    >>> prompt_state("<|im_start|>assistant\\n<think>\\n", ThinkSpec(("<think>",), ("</think>",)))
+    'open'
+    """
+    if think is None:
+        return None
+    opened = max((prompt.rfind(tag) for tag in think.start), default=-1)
+    closed = max((prompt.rfind(tag) for tag in think.end), default=-1)
+    if opened > closed:
+        return "open"
+    return "closed" if closed >= 0 else None
+
+
+def generation_prompt(template: ChatTemplate, kwargs: Mapping[str, Any] | None = None) -> str | None:
+    """What ``add_generation_prompt`` appends after a user turn; None if the template cannot say."""
+    try:
+        with_gp = template.render([PROBE_USER], add_generation_prompt=True, now=PROBE_NOW, **(kwargs or {}))
+        without = template.render([PROBE_USER], add_generation_prompt=False, now=PROBE_NOW, **(kwargs or {}))
+    except ChatcodecError:
+        return None
+    common = 0
+    while common < min(len(with_gp), len(without)) and with_gp[common] == without[common]:
+        common += 1
+    return with_gp[common:]
+
+
+def template_think_state(
+    template: ChatTemplate,
+    think: ThinkSpec | None,
+    enable_thinking: bool | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    prompt: str | None = None,
+) -> ThinkState | None:
+    """Whether prompts from ``template`` end inside a think block with the tags of ``think``.
+
+    With the real ``prompt``, only its end is examined: about as long as the template's own
+    generation prompt, and a little more.
+    """
+    if think is None:
+        return None
+    kwargs = dict(chat_template_kwargs or {})
+    if enable_thinking is not None:
+        kwargs.setdefault("enable_thinking", enable_thinking)
+    generation = generation_prompt(template, kwargs)
+    if prompt is not None:
+        generation = prompt[-(len(generation or "") + PROMPT_SLACK) :]
+    return prompt_state(generation, think) if generation is not None else None
