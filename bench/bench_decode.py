@@ -8,6 +8,12 @@ the arguments and diff them against what was sent. That is quadratic.
     PYTHONPATH=src python bench/bench_decode.py            # about a minute
     PYTHONPATH=src python bench/bench_decode.py --full     # also re-parses 20 KB (slow, by design)
     PYTHONPATH=src python bench/bench_decode.py --adversarial  # flood every vector, cut anywhere
+    PYTHONPATH=src python bench/bench_decode.py --sweep  # every marker of every format (about 45 min)
+
+``--sweep`` decodes the texts of ``tests/decoders/adversarial.py`` (every marker of every format,
+repeated and nested, bare and inside the format's own call) at 20 KB and 200 KB, whole and fed in
+64-character chunks, and requires each 200 KB / 20 KB ratio to stay under 13. Times are CPU time of
+this process (``time.process_time``), so other work on the machine does not skew the ratios.
 
 Exit status 1 if the linearity check fails.
 """
@@ -140,7 +146,7 @@ def adversarial() -> float:
     worst, where = 0.0, ""
     for index, line in enumerate(shared.read_text(encoding="utf-8").splitlines()):
         vector = json.loads(line)
-        d = decoder(vector["format"], **vector.get("options", {}))
+        d = decoder(vector["format"], **{k: v for k, v in vector.get("options", {}).items() if k != "template"})
         out = vector["output"]
         for cut in sorted({len(out) // 4, len(out) // 2, 3 * len(out) // 4}):
             for filler in (" ", "a", "{", '"', "\\", "<", "\n"):
@@ -154,12 +160,81 @@ def adversarial() -> float:
     return worst
 
 
+SWEEP_SIZES = (20 * KB, 200 * KB)
+SWEEP_CHUNK = 64
+
+
+def _cpu(fmt: str, text: str, chunk: int | None) -> float:
+    stream = decoder(fmt).stream()
+    start = time.process_time()
+    if chunk is None:
+        stream.feed(text)
+    else:
+        for k in range(0, len(text), chunk):
+            stream.feed(text[k : k + chunk])
+    stream.finish()
+    stream.message  # noqa: B018  (building the message is part of the cost)
+    return time.process_time() - start
+
+
+def _best_cpu(fmt: str, text: str, chunk: int | None, budget: float = 0.2) -> float:
+    """The best of several runs, as many as fit in ``budget`` seconds (at least 5)."""
+    best, spent, runs = float("inf"), 0.0, 0
+    while runs < 5 or spent < budget:
+        took = _cpu(fmt, text, chunk)
+        best, spent, runs = min(best, took), spent + took, runs + 1
+        if runs >= 200:
+            break
+    return best
+
+
+def sweep(only: list[str] | None = None) -> float:
+    """Every adversarial text at 20 KB and 200 KB: the worst 200 KB / 20 KB CPU-time ratio."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.decoders.adversarial import texts
+
+    from chatcodec.decoders import formats
+
+    small_size, big_size = SWEEP_SIZES
+    worst, where, count = 0.0, "", 0
+    for fmt in only or formats():
+        start = time.perf_counter()
+        fmt_worst = 0.0
+        bigs = {(marker, shape, kind): text for marker, shape, kind, text in texts(fmt, big_size)}
+        for marker, shape, kind, small in texts(fmt, small_size):
+            big = bigs[marker, shape, kind]
+            for chunk in (None, SWEEP_CHUNK):
+                count += 1
+                t_small = min(_cpu(fmt, small, chunk) for _ in range(2))
+                t_big = _cpu(fmt, big, chunk)
+                for _ in range(3):  # measure again before believing it (tiny times are noisy)
+                    if t_big <= 13 * t_small:
+                        break
+                    t_small = min(t_small, _best_cpu(fmt, small, chunk))
+                    t_big = min(t_big, _best_cpu(fmt, big, chunk))
+                ratio = t_big / max(t_small, 1e-6)
+                fmt_worst = max(fmt_worst, ratio)
+                if ratio > worst:
+                    mode = "whole" if chunk is None else f"{chunk}-char chunks"
+                    worst, where = ratio, f"{fmt}: {marker!r} {shape} {kind}, {mode} ({t_big * 1e3:.0f} ms at 200 KB)"
+        flag = "ok" if fmt_worst <= 13 else "FAIL"
+        print(f"{fmt:<24} worst {fmt_worst:5.1f}x  ({time.perf_counter() - start:.0f}s)  {flag}", flush=True)
+    print(f"sweep: {count} decodes x 2 sizes; worst 200 KB / 20 KB ratio {worst:.1f}x ({where})")
+    return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="also run the quadratic baseline at 20 KB")
     parser.add_argument("--runs", type=int, default=3, help="best of N runs for chatcodec (default 3)")
     parser.add_argument(
         "--adversarial", action="store_true", help="also flood every parse vector, cut anywhere (a few minutes)"
+    )
+    parser.add_argument(
+        "--sweep",
+        nargs="*",
+        metavar="FORMAT",
+        help="also time every marker of every format (or of the formats named) at 20 KB and 200 KB (long)",
     )
     args = parser.parse_args(argv)
 
@@ -200,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.adversarial:
         print()
         ok = adversarial() <= SWEEP_LIMIT and ok
+    if args.sweep is not None:
+        print()
+        ok = sweep(args.sweep) <= 13 and ok
     print("\nlinearity:", "ok" if ok else "FAILED (200 KB cost over 13x 20 KB, or a flood grew superlinearly)")
     return 0 if ok else 1
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
-from chatcodec.decoders import AssistantMessage, Delta, ToolCall, ToolCallDelta, decoder, formats
-from chatcodec.exceptions import DecodeError
+from chatcodec.decoders import Delta, ToolCall, ToolCallDelta, decoder, formats
+from chatcodec.exceptions import ChatcodecError, DecodeError
 
 from .helpers import rebuild
 
@@ -86,21 +88,50 @@ def test_to_openai_message_shape() -> None:
     }
 
 
-def test_missing_ids_become_call_index() -> None:
-    message = AssistantMessage(tool_calls=(ToolCall("f", {}, "{}"), ToolCall("g", {}, "{}")))
-    assert [c["id"] for c in message.to_openai()["tool_calls"]] == ["call_0", "call_1"]
+ID_SHAPES = {"openai": re.compile(r"call_[A-Za-z0-9]{24}"), "mistral": re.compile(r"[A-Za-z0-9]{9}")}
+
+
+def test_made_ids_are_unique_and_shaped_per_family() -> None:
+    """A growing history never repeats an id: every call of every turn gets a fresh one."""
+    hermes = '<tool_call>{"name": "f", "arguments": {}}</tool_call>' * 3
+    mistral = '[TOOL_CALLS][{"name": "f", "arguments": {}}, {"name": "g", "arguments": {}}]'
+    seen: set[str] = set()
+    for fmt, text, shape in [("hermes", hermes, "openai"), ("mistral_pre_v11", mistral, "mistral")]:
+        for _ in range(200):
+            ids = [c["id"] for c in decoder(fmt).decode(text).to_openai()["tool_calls"]]
+            assert all(ID_SHAPES[shape].fullmatch(i) for i in ids), ids
+            assert not seen & set(ids)
+            seen |= set(ids)
+    made = [ToolCall("f", {}, "{}").id for _ in range(3)]
+    assert len(set(made)) == 3 and all(ID_SHAPES["openai"].fullmatch(i) for i in made)
+
+
+def test_the_streamed_id_is_the_message_id() -> None:
+    stream = decoder("hermes").stream()
+    deltas = stream.feed('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>') + stream.finish()
+    head = next(d.tool_call for d in deltas if d.tool_call is not None)
+    assert head.id == stream.message.tool_calls[0].id
+
+
+def test_model_ids_are_kept() -> None:
+    kimi = decoder("kimi_k2").decode(
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:3<|tool_call_argument_begin|>{}"
+        "<|tool_call_end|><|tool_calls_section_end|>"
+    )
+    assert kimi.tool_calls[0].id == "functions.get_weather:3"
+    v13 = decoder("mistral_v13").decode('[TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{"x": 1}')
+    assert v13.tool_calls[0].id == "a1b2c3d4e"
 
 
 def test_delta_openai_shapes() -> None:
     assert Delta(reasoning_content="x").to_openai() == {"reasoning_content": "x"}
-    head = Delta(tool_call=ToolCallDelta(2, None, "f", "{"))
+    head = Delta(tool_call=ToolCallDelta(2, "call_abc", "f", "{"))
     assert head.to_openai() == {
-        "tool_calls": [{"index": 2, "id": "call_2", "type": "function", "function": {"name": "f", "arguments": "{"}}]
+        "tool_calls": [{"index": 2, "id": "call_abc", "type": "function", "function": {"name": "f", "arguments": "{"}}]
     }
     assert Delta(tool_call=ToolCallDelta(2, arguments="}")).to_openai() == {
         "tool_calls": [{"index": 2, "function": {"arguments": "}"}}]
     }
-    assert Delta(tool_call=ToolCallDelta(2, id="abc")).to_openai() == {"tool_calls": [{"index": 2, "id": "abc"}]}
 
 
 def test_arguments_are_streamed_verbatim() -> None:
@@ -116,11 +147,16 @@ def test_arguments_given_as_a_json_string_are_not_double_encoded() -> None:
     assert rebuild(deltas).calls == [("f", None, '{"a": "é"}')]
 
 
-def test_id_after_the_arguments_arrives_in_its_own_delta() -> None:
-    deltas = stream_text("mistral_nemo", '[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}, "id": "abcdefghi"}]')
+def test_an_id_after_the_arguments_comes_too_late_and_stays_in_raw() -> None:
+    """The first delta announces the call with its id; an OpenAI client must never see a second id."""
+    text = '[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}, "id": "abcdefghi"}]'
+    deltas = stream_text("mistral_nemo", text)
     ids = [d.tool_call.id for d in deltas if d.tool_call is not None]
-    assert ids[0] is None and ids[-1] == "abcdefghi"
-    assert rebuild(deltas).calls == [("f", "abcdefghi", '{"a": 1}')]
+    assert ids[0] and ID_SHAPES["mistral"].fullmatch(ids[0]) and ids[1:] == [None] * (len(ids) - 1)
+    (call,) = decoder("mistral_nemo").decode(text).tool_calls
+    assert call.id != "abcdefghi" and '"id": "abcdefghi"' in call.raw
+    early = decoder("mistral_nemo").decode('[TOOL_CALLS][{"id": "abcdefghi", "name": "f", "arguments": {"a": 1}}]')
+    assert early.tool_calls[0].id == "abcdefghi"
 
 
 def test_nested_arguments_in_bare_json_formats() -> None:
@@ -139,9 +175,14 @@ def test_nested_arguments_in_bare_json_formats() -> None:
 
 def test_a_truncated_call_is_flagged_and_keeps_its_text() -> None:
     message = decoder("hermes").decode('<tool_call>{"name": "f", "arguments": {"a": "tru')
-    (call,) = message.tool_calls
+    assert message.tool_calls == ()
+    (call,) = message.invalid_tool_calls
     assert call.error and call.arguments == '{"a": "tru' and call.raw.startswith("<tool_call>")
-    assert call.to_openai()["function"]["arguments"] == '{"a": "tru'
+    openai = message.to_openai()
+    assert "tool_calls" not in openai
+    assert openai["invalid_tool_calls"] == [
+        {"index": 0, "id": call.id, "name": "f", "arguments": '{"a": "tru', "raw": call.raw, "error": call.error}
+    ]
 
 
 # -- whitespace and reasoning policy --------------------------------------------------------------
@@ -172,15 +213,26 @@ def test_thinking_defaults_follow_enable_thinking() -> None:
     assert decoder("hermes", enable_thinking=True).decode("a</think>b").content == "a</think>b"
 
 
-def test_a_template_option_sets_the_think_state() -> None:
+def test_a_template_option_sets_the_think_state(tmp_path: Path) -> None:
     from chatcodec import ChatTemplate
 
-    qwq_like = ChatTemplate(
+    source = (
         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
     )
-    assert decoder("hermes", template=qwq_like).decode("a</think>b").reasoning_content == "a"
-    assert decoder("hermes", template="QwQ-32B").decode("a</think>b").content == "a</think>b"  # a name: recorded
+    assert decoder("hermes", template=ChatTemplate(source)).decode("a</think>b").reasoning_content == "a"
+    # a path or a built-in name is loaded: this file's generation prompt opens <think>, qwen3's does not
+    (tmp_path / "qwq_like.jinja").write_text(source, encoding="utf-8")
+    assert decoder("hermes", template=tmp_path / "qwq_like.jinja").decode("a</think>b").reasoning_content == "a"
+    assert decoder("hermes", template=str(tmp_path / "qwq_like.jinja")).decode("a</think>b").reasoning_content == "a"
+    assert decoder("hermes", template="qwen3").decode("a</think>b").content == "a</think>b"
+
+
+def test_bad_templates_raise_decode_errors() -> None:
+    with pytest.raises(DecodeError, match="template must be a ChatTemplate, a built-in template name or a path"):
+        decoder("hermes", template=5)
+    with pytest.raises(ChatcodecError, match="No chat template at 'no-such-template'"):
+        decoder("hermes", template="no-such-template")
 
 
 def test_calls_inside_reasoning_are_not_run_unless_the_format_says_so() -> None:
@@ -334,7 +386,7 @@ def test_feeding_a_finished_stream_is_an_error() -> None:
     assert stream.finish() == []
     with pytest.raises(DecodeError, match="finished"):
         stream.feed("more")
-    with pytest.raises(TypeError):
+    with pytest.raises(DecodeError, match="feed\\(\\) takes model output as str or UTF-8 bytes, not int"):
         decoder("hermes").stream().feed(42)  # type: ignore[arg-type]
 
 

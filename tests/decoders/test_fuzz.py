@@ -14,17 +14,19 @@ Every case is also streamed in random chunks, which must give the same message a
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatcodec.decoders import decoder, formats
 from chatcodec.decoders.registry import get_format
 
-from .helpers import VECTORS, as_streamed, rebuild
+from .helpers import VECTORS, as_streamed, need_vectors, rebuild, vector_options, vector_params
 
 FORMATS = formats()
 #: formats whose markup includes free text: harmony headers (role, channel) and the generic envelope
@@ -53,9 +55,11 @@ def check_lossless(fmt: str, text: str, options: dict[str, Any], seed: int) -> N
         assert message.content == (content if content.strip() else None)
     reasoning = "".join(s.text for s in trace if s.kind == "reasoning").strip()
     assert message.reasoning_content == (reasoning or None)
-    for i, call in enumerate(message.tool_calls):
-        assert call.raw == "".join(s.text for s in trace if s.kind == "call" and s.index == i)
+    for call in (*message.tool_calls, *message.invalid_tool_calls):
+        assert call.raw == "".join(s.text for s in trace if s.kind == "call" and s.index == call.index)
         assert call.name
+    for call in message.tool_calls:
+        json.loads(call.arguments_json)  # the arguments contract: every valid call's arguments are JSON
     if fmt not in HEADER_MARKUP:
         markers = sorted(get_format(fmt).markers, key=len, reverse=True)
         for span in trace:
@@ -73,7 +77,7 @@ def check_lossless(fmt: str, text: str, options: dict[str, Any], seed: int) -> N
     for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True):
         deltas += stream.feed(text[a:b])
     deltas += stream.finish()
-    assert rebuild(deltas) == as_streamed(message)
+    assert rebuild(deltas, text) == as_streamed(message, text)
 
 
 def pieces(fmt: str) -> st.SearchStrategy[str]:
@@ -148,7 +152,7 @@ def test_corrupted_vectors(index: int, seed: int) -> None:
     fmt = vector["format"]
     rng = random.Random(seed)
     text = corrupt(vector["output"], rng, list(get_format(fmt).markers))
-    check_lossless(fmt, text, vector.get("options", {}), seed)
+    check_lossless(fmt, text, vector_options(vector), seed)
 
 
 @FUZZ
@@ -166,3 +170,18 @@ def test_bytes_never_raise(data: bytes, fmt: str, step: int) -> None:
         stream.feed(data[k : k + step])
     stream.finish()
     assert stream.message is not None
+
+
+@pytest.mark.parametrize(("index", "vector"), vector_params())
+def test_arguments_are_json_wherever_the_output_is_cut(index: int | None, vector: dict[str, Any] | None) -> None:
+    """The arguments contract: cut a vector anywhere, and every valid call of the final message
+    carries arguments that ``json.loads`` accepts (a call cut off is invalid, not a call)."""
+    need_vectors()
+    assert vector is not None
+    d = decoder(vector["format"], **vector_options(vector))
+    out = vector["output"]
+    for k in range(len(out) + 1):
+        message = d.decode(out[:k])
+        for call in message.tool_calls:
+            json.loads(call.arguments_json)
+        assert all(call.error for call in message.invalid_tool_calls)

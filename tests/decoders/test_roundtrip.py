@@ -103,8 +103,9 @@ PREAMBLE: dict[str, str | None] = {
     "gpt_oss": "<|channel|>commentary<|message|>Before. <|end|>",
     "generic": None,
 }
-#: formats whose output carries the model's own call ids
-WITH_IDS = {"hermes_call_id", "mistral_pre_v11", "mistral_v13", "command_r7b", "generic"}
+#: formats whose output carries the model's own call ids before the arguments (an id written after
+#: them comes too late for the stream, which announced the call with an id of its own)
+WITH_IDS = {"hermes_call_id", "mistral_v13", "command_r7b"}
 
 
 def check(fmt: str, text: str, calls: list[Call], seed: int) -> None:
@@ -118,7 +119,7 @@ def check(fmt: str, text: str, calls: list[Call], seed: int) -> None:
     cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, 12)))
     stream = d.stream()
     deltas = [x for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True) for x in stream.feed(text[a:b])]
-    assert rebuild(deltas + stream.finish()) == as_streamed(message)
+    assert rebuild(deltas + stream.finish(), text) == as_streamed(message, text)
 
 
 @FUZZ

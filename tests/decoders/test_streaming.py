@@ -14,17 +14,17 @@ import pytest
 
 from chatcodec.decoders import Decoder, decoder
 
-from .helpers import Streamed, as_streamed, need_vectors, rebuild, vector_params
+from .helpers import Streamed, as_streamed, need_vectors, rebuild, vector_options, vector_params
 
 
-def stream_all(d: Decoder, chunks: list[str] | list[bytes]) -> Streamed:
+def stream_all(d: Decoder, chunks: list[str] | list[bytes], source: str) -> Streamed:
     stream = d.stream()
     deltas = []
     for chunk in chunks:
         deltas += stream.feed(chunk)
     deltas += stream.finish()
     assert stream.finish() == []
-    return rebuild(deltas)
+    return rebuild(deltas, source)
 
 
 def chunkings(text: str, seed: int) -> list[list[str] | list[bytes]]:
@@ -43,13 +43,13 @@ def chunkings(text: str, seed: int) -> list[list[str] | list[bytes]]:
 def test_split_invariance(index: int | None, vector: dict[str, Any] | None) -> None:
     need_vectors()
     assert index is not None and vector is not None
-    d = decoder(vector["format"], **vector.get("options", {}))
-    want = as_streamed(d.decode(vector["output"]))
+    d = decoder(vector["format"], **vector_options(vector))
+    want = as_streamed(d.decode(vector["output"]), vector["output"])
     cases = chunkings(vector["output"], seed=index)
     if "chunks" in vector:
         cases.append(vector["chunks"])
     for chunks in cases:
-        got = stream_all(d, chunks)
+        got = stream_all(d, chunks, vector["output"])
         assert got == want, f"chunks: {chunks[:8]!r}"
 
 
@@ -58,7 +58,7 @@ def test_snapshots_only_grow(index: int | None, vector: dict[str, Any] | None) -
     """After each character, the message so far extends the previous one: nothing is taken back."""
     need_vectors()
     assert index is not None and vector is not None
-    stream = decoder(vector["format"], **vector.get("options", {})).stream()
+    stream = decoder(vector["format"], **vector_options(vector)).stream()
     before = as_streamed(stream.message)
     for ch in vector["output"]:
         stream.feed(ch)

@@ -19,7 +19,7 @@ import pytest
 
 from chatcodec.decoders import AssistantMessage, decoder
 
-from .helpers import VECTORS, need_vectors, vector_params
+from .helpers import VECTORS, need_vectors, vector_options, vector_params
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,16 @@ class Deviation:
     - ``"invalid_call"``: the call was announced while streaming (names go out as soon as the
       arguments start) and turned out broken, so it stays a tool call with ``error`` set and its
       text in ``raw``, where upstream turns the text into content. ``raw`` must hold that text.
+    - ``"late_id"``: the same message, except that the model's id, written after the arguments, is
+      in the call's ``raw`` text and not its ``id``.
     - ``"override"``: our answer is ``message``, stated by the policy in ``reason``.
     """
 
     reason: str
     check: str = "override"
     message: dict[str, Any] = field(default_factory=dict)
+    #: with ``"override"``: the names of the calls that must be in ``invalid_tool_calls``
+    invalid: tuple[str, ...] = ()
 
 
 def _msg(
@@ -53,7 +57,15 @@ PARTIAL_ARGS = "upstream heals partial arguments and re-serializes them; we stre
 INVALID = "a broken call stays a flagged tool call (its name was already streamed), its text kept in raw"
 LOSSLESS = "lossless policy: text around and between calls stays content; upstream drops it"
 
+LATE_ID = (
+    "the id comes after the arguments: the stream announced the call (with an id of its own) when its "
+    "arguments began, and an OpenAI client must not receive a second id, so the model's id stays in the "
+    "call's raw text and the message keeps the announced one. Same call otherwise"
+)
+
 DEVIATIONS: dict[int, Deviation] = {
+    5: Deviation(LATE_ID, "late_id"),
+    9: Deviation(LATE_ID, "late_id"),
     6: Deviation(PARTIAL_ARGS, "args_prefix"),
     11: Deviation(
         "a call is announced when its arguments begin, so its name can be checked first (and a JSON "
@@ -151,6 +163,20 @@ DEVIATIONS: dict[int, Deviation] = {
         "off), so the call is accepted, as Hermes does in vector 111. vLLM's GLM parser refuses it",
         message=_msg(calls=[{"name": "get_weather", "arguments": {"city": "Beijing", "date": "2025-08-01"}}]),
     ),
+    164: Deviation(
+        "arguments are JSON in every valid call: a body that is not JSON ('foo') makes the call invalid "
+        "(kept in invalid_tool_calls with its text); an empty body is a call without arguments, {}",
+        message=_msg(
+            reasoning=VECTORS[164]["expected"]["reasoning_content"] if VECTORS else None,
+            calls=[
+                {"name": "get_current_weather", "arguments": {"location": "Tokyo"}},
+                {"name": "no_content_type", "arguments": {"location": "Tokyo"}},
+                {"name": "empty_args", "arguments": {}},
+                {"name": "no_args", "arguments": {}},
+            ],
+        ),
+        invalid=("not_json_no_content_type",),
+    ),
     175: Deviation(
         "a Python call is announced at its first keyword argument, so its name can stream; SGLang holds "
         "the whole list back",
@@ -171,7 +197,7 @@ DEVIATIONS: dict[int, Deviation] = {
 
 
 def run_vector(v: dict[str, Any]) -> AssistantMessage:
-    stream = decoder(v["format"], **v.get("options", {})).stream()
+    stream = decoder(v["format"], **vector_options(v)).stream()
     stream.feed(v["output"])
     if not v.get("partial"):
         stream.finish()
@@ -223,14 +249,22 @@ def test_vector(index: int | None, vector: dict[str, Any] | None) -> None:
         (ours,), (theirs,) = got["tool_calls"], expected["tool_calls"]
         assert ours["name"] == theirs["name"]
         assert _squash(message.tool_calls[0].arguments_json).startswith(_squash(theirs["arguments"]))
+    elif deviation.check == "late_id":
+        ours = [{k: v for k, v in c.items() if k != "id"} for c in got["tool_calls"]]
+        assert ours == [{k: v for k, v in c.items() if k != "id"} for c in expected["tool_calls"]]
+        assert (got["content"], got["reasoning_content"]) == (expected["content"], expected["reasoning_content"])
+        for call, theirs in zip(message.tool_calls, expected["tool_calls"], strict=True):
+            assert call.id != theirs["id"] and theirs["id"] in call.raw
     elif deviation.check == "invalid_call":
         assert expected["tool_calls"] == [] and expected["content"]
-        (call,) = message.tool_calls
+        assert not message.tool_calls
+        (call,) = message.invalid_tool_calls
         assert call.error is not None
         assert call.raw and call.raw in expected["content"]
         assert message.content is None or message.content in expected["content"]
     else:
         assert got == as_expected_override(deviation.message), deviation.reason
+        assert [c.name for c in message.invalid_tool_calls] == list(deviation.invalid)
 
 
 def as_expected_override(message: dict[str, Any]) -> dict[str, Any]:

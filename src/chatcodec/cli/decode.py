@@ -145,6 +145,5 @@ def show_message(message: AssistantMessage) -> str:
 
 
 def _warn(message: AssistantMessage) -> None:
-    for i, call in enumerate(message.tool_calls):
-        if call.error:
-            print(f"chatcodec: warning: tool call {i} ({call.name}): {call.error}", file=sys.stderr)
+    for call in message.invalid_tool_calls:
+        print(f"chatcodec: warning: tool call {call.index} ({call.name}) is invalid: {call.error}", file=sys.stderr)

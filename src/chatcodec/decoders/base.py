@@ -15,7 +15,10 @@ check that nothing is ever lost.
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
+import random
+import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -25,6 +28,7 @@ from ..exceptions import DecodeError
 __all__ = ["AssistantMessage", "DecodeStream", "Delta", "Span", "ToolCall", "ToolCallDelta"]
 
 SpanKind = Literal["content", "reasoning", "markup", "call"]
+IdStyle = Literal["openai", "mistral"]
 
 _json_decoder = json.JSONDecoder()
 
@@ -55,36 +59,100 @@ def hold_trailing_space(text: str, pending: list[str]) -> str:
     return body
 
 
+_ALNUM = string.ascii_letters + string.digits
+
+
+class _CallIds:
+    """Call ids unique within the process and unpredictable across processes.
+
+    Each id is a counter passed through a random bijection of its range (an affine map modulo
+    ``62**width``, whose factor is coprime to 62), written in base 62: no two ids of a process are
+    equal until ``62**width`` have been made, and nothing is kept per id.
+    """
+
+    def __init__(self, width: int, prefix_width: int = 0) -> None:
+        rng = random.SystemRandom()
+        self._modulus = 62**width
+        self._width = width
+        factor = rng.randrange(1, self._modulus)
+        while factor % 2 == 0 or factor % 31 == 0:
+            factor = rng.randrange(1, self._modulus)
+        self._factor, self._offset = factor, rng.randrange(self._modulus)
+        self._prefix = "".join(rng.choice(_ALNUM) for _ in range(prefix_width))
+        self._counter = itertools.count()
+
+    def __call__(self) -> str:
+        n = (next(self._counter) * self._factor + self._offset) % self._modulus
+        digits = []
+        for _ in range(self._width):
+            n, d = divmod(n, 62)
+            digits.append(_ALNUM[d])
+        return self._prefix + "".join(digits)
+
+
+_OPENAI_IDS = _CallIds(12, prefix_width=12)
+_MISTRAL_IDS = _CallIds(9)
+
+
+def new_call_id(style: IdStyle = "openai") -> str:
+    """A fresh tool-call id, unique in this process: ``call_`` and 24 alphanumerics, or Mistral's 9.
+
+    >>> len(new_call_id()), new_call_id().startswith("call_"), len(new_call_id("mistral"))
+    (29, True, 9)
+    """
+    return _MISTRAL_IDS() if style == "mistral" else "call_" + _OPENAI_IDS()
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One tool call decoded from model output.
 
-    ``arguments`` is the parsed JSON value, or the argument text itself when it is not JSON (harmony
-    allows free-form bodies; a truncated call keeps what arrived). ``arguments_json`` is exactly the
-    text the stream sent as argument deltas. ``id`` is set only when the model wrote one. ``raw`` is
-    the source text of the call, so nothing the model wrote is lost even when ``error`` says the call
-    was cut off or malformed.
+    ``arguments`` is the parsed JSON value; for an invalid call (``error`` set), the argument text
+    itself when it is not JSON. ``arguments_json`` is exactly the text the stream sent as argument
+    deltas: JSON for every valid call. ``id`` is the model's own id when it wrote one before the
+    arguments (Kimi's ``functions.f:0``, Mistral's ``[CALL_ID]``), else a fresh one made when the
+    call was announced: the id a stream sends is the id the message keeps. ``raw`` is the source
+    text of the call, so nothing the model wrote is lost even when ``error`` says the call was cut
+    off or malformed. ``index`` is the call's place in the stream (its ``ToolCallDelta.index``).
     """
 
     name: str
     arguments: Any
     arguments_json: str
-    id: str | None = None
+    id: str = ""
     raw: str = ""
     error: str | None = None
+    index: int = 0
 
-    def to_openai(self, index: int = 0) -> dict[str, Any]:
-        """The OpenAI ``tool_calls`` entry; a missing id becomes ``call_<index>``."""
-        return {
-            "id": self.id if self.id is not None else f"call_{index}",
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments_json},
-        }
+    def __post_init__(self) -> None:
+        if not self.id:
+            object.__setattr__(self, "id", new_call_id())
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI ``tool_calls`` entry.
+
+        An invalid call (``error`` set) is written as an ``invalid_tool_calls`` entry instead, in the
+        shape LangChain's messages use: its name, id, argument text, source text and the error.
+        """
+        if self.error is not None:
+            return {
+                "index": self.index,
+                "id": self.id,
+                "name": self.name,
+                "arguments": self.arguments_json,
+                "raw": self.raw,
+                "error": self.error,
+            }
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_json}}
 
 
 @dataclass(frozen=True, slots=True)
 class AssistantMessage:
     """The decoded assistant turn: visible content, reasoning and tool calls.
+
+    ``tool_calls`` holds the valid calls, whose arguments are JSON. A call the model began but got
+    wrong (cut off, unreadable arguments) is in ``invalid_tool_calls``, where an OpenAI client cannot
+    take it for a call to run, with its text kept.
 
     >>> msg = AssistantMessage(content="Hi", tool_calls=())
     >>> msg.to_openai()
@@ -94,25 +162,33 @@ class AssistantMessage:
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    invalid_tool_calls: tuple[ToolCall, ...] = ()
 
     def to_openai(self) -> dict[str, Any]:
-        """The OpenAI chat-completions assistant message, with arguments as JSON strings."""
+        """The OpenAI chat-completions assistant message, with arguments as JSON strings.
+
+        Invalid calls, if any, are listed under ``invalid_tool_calls`` (see :meth:`ToolCall.to_openai`).
+        """
         out: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.reasoning_content is not None:
             out["reasoning_content"] = self.reasoning_content
         if self.tool_calls:
-            out["tool_calls"] = [call.to_openai(i) for i, call in enumerate(self.tool_calls)]
+            out["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        if self.invalid_tool_calls:
+            out["invalid_tool_calls"] = [call.to_openai() for call in self.invalid_tool_calls]
         return out
 
 
 @dataclass(frozen=True, slots=True)
 class ToolCallDelta:
-    """A piece of tool call ``index``: its header (``name``, maybe ``id``) or more argument text."""
+    """A piece of tool call ``index``: its header (``name`` and ``id``), more argument text, or,
+    at the very end of a stream, the news that the call turned out invalid (``error``)."""
 
     index: int
     id: str | None = None
     name: str | None = None
     arguments: str = ""
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,22 +206,25 @@ class Delta:
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI streaming ``delta`` dict.
 
-        The first delta of a call carries ``id`` (``call_<index>`` when the model wrote none), ``type``
-        and ``name``. A model-native id that only appears after the arguments arrives in a later
-        delta of its own.
+        The first delta of a call carries its ``id``, ``type`` and ``name``; later ones more
+        ``arguments``. The last deltas of a stream name each announced call that turned out invalid:
+        ``{"invalid_tool_calls": [{"index", "id", "error"}]}``, so a client drops it.
+
+        >>> Delta(tool_call=ToolCallDelta(1, "call_x", error="the arguments were cut off")).to_openai()
+        {'invalid_tool_calls': [{'index': 1, 'id': 'call_x', 'error': 'the arguments were cut off'}]}
         """
         if self.tool_call is None:
             if self.reasoning_content is not None:
                 return {"reasoning_content": self.reasoning_content}
             return {"content": self.content}
         tc = self.tool_call
+        if tc.error is not None:
+            return {"invalid_tool_calls": [{"index": tc.index, "id": tc.id, "error": tc.error}]}
         entry: dict[str, Any] = {"index": tc.index}
         if tc.name is not None:
-            entry["id"] = tc.id if tc.id is not None else f"call_{tc.index}"
+            entry["id"] = tc.id
             entry["type"] = "function"
             entry["function"] = {"name": tc.name, "arguments": tc.arguments}
-        elif tc.id is not None:
-            entry["id"] = tc.id
         else:
             entry["function"] = {"arguments": tc.arguments}
         return {"tool_calls": [entry]}
@@ -164,7 +243,7 @@ class Span:
 class _Call:
     index: int
     name: str
-    id: str | None
+    id: str
     args: list[str] = field(default_factory=list)
     raw: list[str] = field(default_factory=list)
     error: str | None = None
@@ -184,6 +263,7 @@ class Sink:
         "_calls",
         "_content",
         "_content_ws",
+        "_id_style",
         "_open",
         "_out",
         "_reasoning",
@@ -191,7 +271,8 @@ class Sink:
         "trace",
     )
 
-    def __init__(self, trace: bool = False) -> None:
+    def __init__(self, trace: bool = False, id_style: IdStyle = "openai") -> None:
+        self._id_style: IdStyle = id_style
         self._content: list[str] = []
         self._content_ws: list[str] = []
         self._reasoning: list[str] = []
@@ -246,10 +327,10 @@ class Sink:
         return self._open is not None
 
     def begin_call(self, name: str, call_id: str | None) -> None:
-        call = _Call(len(self._calls), name, call_id)
+        call = _Call(len(self._calls), name, call_id or new_call_id(self._id_style))
         self._calls.append(call)
         self._open = call
-        self._out.append(["h", call.index, [], name, call_id])
+        self._out.append(["h", call.index, [], name, call.id])
 
     def args(self, text: str) -> None:
         call = self._open
@@ -266,18 +347,13 @@ class Sink:
         if self.trace is not None:
             self.trace.append(Span("call", text, call.index))
 
-    def late_id(self, call_id: str) -> None:
-        call = self._open
-        if call is not None and call.id is None and call_id:
-            call.id = call_id
-            self._out.append(["i", call.index, [], None, call_id])
-
-    def end_call(self, error: str | None = None, *, require_json: bool = False) -> None:
+    def end_call(self, error: str | None = None) -> None:
+        """Close the open call; it is invalid if ``error`` says so, or if its arguments are not JSON."""
         call = self._open
         if call is None:
             return
         self._open = None
-        if error is None and require_json and not parse_arguments("".join(call.args))[1]:
+        if error is None and not parse_arguments("".join(call.args))[1]:
             error = "the arguments are not valid JSON"
         call.error = error
 
@@ -291,6 +367,12 @@ class Sink:
         else:
             out.append([kind, index, [text], None, None])
 
+    def close(self) -> None:
+        """The end of the text: name every invalid call in the last deltas."""
+        for call in self._calls:
+            if call.error is not None:
+                self._out.append(["x", call.index, [], call.error, call.id])
+
     def take(self) -> list[Delta]:
         """The deltas produced since the last call, merged per field."""
         if not self._out:
@@ -302,6 +384,8 @@ class Sink:
                 deltas.append(Delta(content=text))
             elif kind == "r":
                 deltas.append(Delta(reasoning_content=text))
+            elif kind == "x":
+                deltas.append(Delta(tool_call=ToolCallDelta(index, call_id, error=name)))
             else:
                 deltas.append(Delta(tool_call=ToolCallDelta(index, call_id, name, text)))
         self._out.clear()
@@ -309,12 +393,15 @@ class Sink:
 
     def message(self) -> AssistantMessage:
         """Everything emitted so far, as a message (arguments still streaming stay text until JSON)."""
-        calls = []
+        valid: list[ToolCall] = []
+        invalid: list[ToolCall] = []
         for call in self._calls:
             text = "".join(call.args)
             value, _ = parse_arguments(text)
-            calls.append(ToolCall(call.name, value, text, call.id, "".join(call.raw), call.error))
-        return AssistantMessage("".join(self._content) or None, "".join(self._reasoning) or None, tuple(calls))
+            made = ToolCall(call.name, value, text, call.id, "".join(call.raw), call.error, call.index)
+            (valid if call.error is None else invalid).append(made)
+        content, reasoning = "".join(self._content) or None, "".join(self._reasoning) or None
+        return AssistantMessage(content, reasoning, tuple(valid), tuple(invalid))
 
 
 class Machine(Protocol):
@@ -332,16 +419,19 @@ class DecodeStream:
     >>> stream = decoder("hermes").stream()
     >>> [d.to_openai() for d in stream.feed("Hi <tool_")]
     [{'content': 'Hi '}]
-    >>> [d.tool_call for d in stream.feed('call>{"name": "f", "arguments": {"x": 1}}</tool_call>')]
-    [ToolCallDelta(index=0, id=None, name='f', arguments='{"x": 1}')]
+    >>> deltas = stream.feed('call>{"name": "f", "arguments": {"x": 1}}</tool_call>')
+    >>> [(d.tool_call.name, d.tool_call.arguments) for d in deltas]
+    [('f', '{"x": 1}')]
     >>> stream.finish()
     []
     """
 
     __slots__ = ("_finished", "_machine", "_sink", "_utf8")
 
-    def __init__(self, make_machine: Callable[[Sink], Machine], *, trace: bool = False) -> None:
-        self._sink = Sink(trace)
+    def __init__(
+        self, make_machine: Callable[[Sink], Machine], *, trace: bool = False, id_style: IdStyle = "openai"
+    ) -> None:
+        self._sink = Sink(trace, id_style)
         self._machine = make_machine(self._sink)
         self._utf8: codecs.IncrementalDecoder | None = None
         self._finished = False
@@ -355,7 +445,7 @@ class DecodeStream:
                 self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
             chunk = self._utf8.decode(chunk)
         elif not isinstance(chunk, str):
-            raise TypeError(f"feed() takes str or bytes, not {type(chunk).__name__}")
+            raise DecodeError(f"feed() takes model output as str or UTF-8 bytes, not {type(chunk).__name__}.")
         if chunk:
             self._machine.feed(chunk)
         return self._sink.take()
@@ -370,6 +460,7 @@ class DecodeStream:
                 self._machine.feed(tail)
         self._finished = True
         self._machine.finish()
+        self._sink.close()
         return self._sink.take()
 
     @property

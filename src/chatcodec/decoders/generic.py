@@ -119,7 +119,7 @@ class GenericMachine(MachineBase):
             if sub.failed:
                 self._not_generic()
                 return True
-            self.end_call(sub.error, require_json=True)
+            self.end_call(sub.error)
             self._made = True
         elif sub.count == 0:
             self._not_generic()
@@ -197,7 +197,7 @@ class FunctionaryMachine(MachineBase):
         if i >= len(buf) and not final:
             return i > pos
         if i < len(buf) and buf[i] == "{" and self.commit(self._name):
-            self._args = JsonValue(self.out.args, self._sep)
+            self._args = JsonValue(self.out.args, self._sep, python=True)
             self.state = self.s_json
         elif self._name == "python" and self.commit(self._name):
             self._writer = ArgsWriter(self.out.args)
@@ -214,7 +214,7 @@ class FunctionaryMachine(MachineBase):
         moved = args.step(self, final)
         if not args.done:
             return moved
-        self.end_call("the arguments were cut off" if args.truncated or args.stopped else None, require_json=True)
+        self.end_call("the arguments were cut off" if args.truncated or args.stopped else None)
         self.state = self.s_all
         return True
 

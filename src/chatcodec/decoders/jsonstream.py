@@ -13,13 +13,21 @@ JSON is unbalanced, but only outside strings, so a JSON string may contain ``</t
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .machine import MachineBase, MarkerSet, skip_space
+from .values import py_unescape
 
 _IN_STRING = re.compile(r'["\\]')
+_PY_IN_SINGLE = re.compile(r"['\\]")
+_WORD = re.compile(r"\w+")
+_PY_WORDS = {"True": "true", "False": "false", "None": "null"}
+#: what may open a string: JSON's double quote, or a Python single quote
+QUOTES = "\"'"
+_dumps = json.JSONEncoder(ensure_ascii=False).encode
 _SCALAR_END = re.compile(r"[^\w.+-]")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -64,26 +72,48 @@ class _Scanner:
 class JsonValue(_Scanner):
     """Scan one JSON value (object, array, string or scalar) and pass its text to ``emit``.
 
+    With ``python``, Python literal syntax is turned into JSON on the way: single-quoted strings
+    become JSON strings, ``True``/``False``/``None`` become ``true``/``false``/``null``. Text that is
+    already JSON passes through byte for byte, as without it. (Templates that print arguments with
+    Python's ``repr`` teach models to answer ``{'city': 'Paris'}``.)
+
     After ``done``: ``stopped`` if a stop marker cut the value, ``truncated`` if the text ended first.
     """
 
-    __slots__ = ("_outside", "_stops", "depth", "emit", "esc", "in_str", "scalar", "stopped")
+    __slots__ = (
+        "_outside",
+        "_parts",
+        "_stops",
+        "depth",
+        "emit",
+        "esc",
+        "in_str",
+        "python",
+        "quote",
+        "scalar",
+        "stopped",
+    )
 
-    def __init__(self, emit: Emit | None = None, stops: MarkerSet | None = None) -> None:
+    def __init__(self, emit: Emit | None = None, stops: MarkerSet | None = None, *, python: bool = False) -> None:
         self.emit = emit
+        self.python = python
         self._stops = stops if stops is not None and stops.markers else None
-        chars = '"{}[]' + "".join(m[0] for m in self._stops.markers) if self._stops else '"{}[]'
+        chars = '"{}[]' + ("'TFN" if python else "")
+        if self._stops:
+            chars += "".join(m[0] for m in self._stops.markers)
         self._outside = _outside_pattern(chars)
         self.depth = 0
+        self.quote = '"'
         self.in_str = self.esc = self.scalar = self.started = False
         self.done = self.stopped = self.truncated = False
+        self._parts: list[str] = []  # converted output of the current step, when Python syntax came
 
     def step(self, m: MachineBase, final: bool) -> bool:
         if self.done or (m.pos >= len(m.buf) and not final):
             return False
         buf = m.buf
         n = len(buf)
-        start = i = self._skip_lead(m)
+        start = mark = i = self._skip_lead(m)
         if not self.started:
             if i >= n:
                 return self._eof(final)
@@ -93,6 +123,10 @@ class JsonValue(_Scanner):
                 self.depth, i = 1, i + 1
             elif c == '"':
                 self.in_str, i = True, i + 1
+            elif c == "'" and self.python:
+                self._parts.append('"')
+                self.in_str, self.quote, i = True, "'", i + 1
+                mark = i
             else:
                 self.scalar = True
         if self.scalar:
@@ -101,24 +135,36 @@ class JsonValue(_Scanner):
             if found or final:
                 self.done = True
         else:
-            i = self._scan(buf, i, final)
+            i, mark = self._scan(buf, i, final, mark)
         if i > start:
             text = _take(m, i)
-            if self.emit is not None:
+            if self._parts:
+                self._parts.append(buf[mark:i])
+                text = "".join(self._parts)
+                self._parts.clear()
+            if self.emit is not None and text:
                 self.emit(text)
         if m.pos >= n and self._eof(final):
             return True
         return i > start or self.done
 
-    def _scan(self, buf: str, i: int, final: bool) -> int:
+    def _scan(self, buf: str, i: int, final: bool, mark: int) -> tuple[int, int]:
+        """Scan from ``i``: ``(index reached, start of the text not yet copied to _parts)``."""
         n = len(buf)
         while i < n:
             if self.esc:
                 self.esc, i = False, i + 1
+            elif self.in_str and self.quote == "'":
+                i, mark, closed = self._py_string(buf, i, final, mark)
+                if not closed:
+                    return i, mark
+                if self.depth == 0:
+                    self.done = True
+                    return i, mark
             elif self.in_str:
                 found = _IN_STRING.search(buf, i)
                 if found is None:
-                    return n
+                    return n, mark
                 j = found.start()
                 if buf[j] == "\\":
                     if j + 1 < n:
@@ -129,20 +175,20 @@ class JsonValue(_Scanner):
                     self.in_str, i = False, j + 1
                     if self.depth == 0:
                         self.done = True
-                        return i
+                        return i, mark
             else:
                 found = self._outside.search(buf, i)
                 if found is None:
-                    return n
+                    return n, mark
                 j = found.start()
                 c = buf[j]
                 if self._stops is not None:
                     marker, undecided = self._stops.match(buf, j, final)
                     if marker is not None:
                         self.done = self.stopped = True
-                        return j
+                        return j, mark
                     if undecided:
-                        return j
+                        return j, mark
                 if c == '"':
                     self.in_str = True
                 elif c in "{[":
@@ -151,9 +197,47 @@ class JsonValue(_Scanner):
                     self.depth -= 1
                     if self.depth == 0:
                         self.done = True
-                        return j + 1
+                        return j + 1, mark
+                elif c == "'" and self.python:
+                    self._parts += (buf[mark:j], '"')
+                    self.in_str, self.quote, mark = True, "'", j + 1
+                elif c in "TFN" and self.python and (j == 0 or not buf[j - 1].isalnum()):
+                    word = _WORD.match(buf, j)
+                    k = word.end() if word else j + 1
+                    if k >= n and not final and k - j < 5:
+                        return j, mark  # True, False or None may still be arriving
+                    literal = _PY_WORDS.get(buf[j:k])
+                    if literal is not None:
+                        self._parts += (buf[mark:j], literal)
+                        mark = k
+                    i = k
+                    continue
                 i = j + 1
-        return n
+        return n, mark
+
+    def _py_string(self, buf: str, i: int, final: bool, mark: int) -> tuple[int, int, bool]:
+        """Inside a single-quoted string: write it as JSON up to its end (closed) or the end of ``buf``."""
+        parts = self._parts
+        if mark < i:
+            parts.append(buf[mark:i])
+        n = len(buf)
+        while i < n:
+            found = _PY_IN_SINGLE.search(buf, i)
+            j = found.start() if found else n
+            if j > i:
+                parts.append(_dumps(buf[i:j])[1:-1])
+            if j >= n:
+                return n, n, False
+            if buf[j] == "'":
+                parts.append('"')
+                self.in_str, self.quote = False, '"'
+                return j + 1, j + 1, True
+            decoded = py_unescape(buf, j, final)
+            if decoded is None:
+                return j, j, False  # an escape still arriving
+            parts.append(_dumps(decoded[0])[1:-1])
+            i = decoded[1]
+        return n, n, False
 
 
 _OUTSIDE_CACHE: dict[str, re.Pattern[str]] = {}
@@ -232,15 +316,18 @@ def decode_quoted(
 class JsonString(_Scanner):
     """Decode one JSON string as it arrives and pass the decoded text to ``emit``.
 
-    With ``limit``, the raw string may be at most that long (for names and ids); longer is ``bad``.
+    A single-quoted Python string is read too (its escapes are Python's). With ``limit``, the raw
+    string may be at most that long (for names and ids); longer is ``bad``.
     """
 
-    __slots__ = ("_size", "bad", "emit", "limit")
+    __slots__ = ("_size", "_stops", "_unescape", "bad", "emit", "limit")
 
     def __init__(self, emit: Emit, limit: int | None = None) -> None:
         self.emit = emit
         self.limit = limit
         self._size = 0
+        self._stops = _IN_STRING
+        self._unescape: Unescape = decode_escape
         self.started = self.done = self.bad = self.truncated = False
 
     def step(self, m: MachineBase, final: bool) -> bool:
@@ -252,13 +339,15 @@ class JsonString(_Scanner):
         if not self.started:
             if i >= n:
                 return self._eof(final)
-            if buf[i] != '"':
+            if buf[i] not in QUOTES:
                 self.done = self.bad = True
                 return True
+            if buf[i] == "'":
+                self._stops, self._unescape = _PY_IN_SINGLE, py_unescape
             self.started, i = True, i + 1
         if self.limit is not None:  # a capped string fails at a fixed length
             n = min(n, start + self.limit - self._size + 1)
-        text, i, self.done = decode_quoted(buf, i, n, _IN_STRING, decode_escape, final)
+        text, i, self.done = decode_quoted(buf, i, n, self._stops, self._unescape, final)
         self._size += i - start
         if self.limit is not None and self._size > self.limit:
             _take(m, i)
@@ -360,7 +449,7 @@ class CallObject:
                 if c == "}":
                     m.hold(i + 1)
                     self._close(m)
-                elif c == '"':
+                elif c in QUOTES:
                     self._parts = []
                     self._sub = JsonString(self._parts.append, 256)
                     self.state = _KEY
@@ -415,7 +504,7 @@ class CallObject:
         role = self._role
         self._parts = []
         if role in ("name", "id"):
-            if c == '"':
+            if c in QUOTES:
                 self._sub = JsonString(self._parts.append, NAME_LIMIT)
             elif role == "id":
                 self._sub = JsonValue(self._parts.append)
@@ -430,10 +519,10 @@ class CallObject:
                 if c == '"':
                     self._sub = JsonString(m.out.args)
                 else:
-                    self._sub = JsonValue(m.out.args, self.stops)
+                    self._sub = JsonValue(m.out.args, self.stops, python=True)
             else:
                 self._role = "captured"
-                self._sub = JsonValue(self._parts.append, self.stops)
+                self._sub = JsonValue(self._parts.append, self.stops, python=True)
         else:
             self._sub = JsonValue(None, self.stops)
         self.state = _VALUE
@@ -456,10 +545,10 @@ class CallObject:
         value = "".join(self._parts)
         if role == "name":
             self.name = value
-        elif role == "id":
+        elif role == "id" and not m.out.calling:
+            # An id written after the arguments began comes too late: the stream has announced the
+            # call with its id already, and a client must not see two. It stays in the call's raw text.
             self.id = value
-            if m.out.calling:
-                m.out.late_id(value)
         elif role == "captured":
             self.args = value
 
@@ -515,7 +604,7 @@ class CallList:
                 if obj.failed:
                     self.done = True
                     return True
-                m.end_call(obj.error, require_json=True)
+                m.end_call(obj.error)
                 self.count += 1
                 self.state = _AFTER
                 continue
@@ -592,7 +681,7 @@ class NamedCall:
         limit = pos + self.HEADER_LIMIT - self._size  # the header fails at a fixed length
         brace = buf.find("{", pos, limit + 1)
         end = brace if brace >= 0 else min(len(buf), limit + 1)
-        stop_at, marker = self.stops.find(buf, pos, final) if self.stops else (len(buf), None)
+        stop_at, marker = self.stops.find(buf, pos, final, end) if self.stops else (len(buf), None)
         if stop_at < end:
             end = stop_at
         else:
@@ -610,7 +699,7 @@ class NamedCall:
                 self.done = self.failed = True
                 return True
             if end == brace:
-                self._args = JsonValue(m.out.args, self.stops)
+                self._args = JsonValue(m.out.args, self.stops, python=True)
             else:  # an explicit end right after the header: a call without arguments
                 m.out.args("{}")
                 self.done = True

@@ -267,7 +267,7 @@ class JsonMachine(MachineBase):
             return True
         sub = self._sub
         error = sub.error if isinstance(sub, CallObject | NamedCall) else None
-        self.end_call(error, require_json=True)
+        self.end_call(error)
         self._count += 1
         self._resume()
         return True
