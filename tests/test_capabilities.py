@@ -361,15 +361,15 @@ def test_think_states_seen() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_think_state_agrees_with_the_decoders(name: str) -> None:
-    """decoders/detect.py reads the same state with its format's tags; where it finds one, they agree."""
-    from chatcodec.decoders.detect import detect_format, template_think_state
+    """The decoder for a template starts in reasoning exactly where its generation prompt leaves a think
+    block open (decoders read the state from these capabilities, with their format's own tags)."""
+    from chatcodec.decoders import decoder_for
 
     found = caps(name)
-    fmt = detect_format(template(name))
     for enable_thinking in (None, True, False):
-        theirs = template_think_state(template(name), fmt, enable_thinking)
-        if theirs is not None:
-            assert found.think_state_for(enable_thinking) == theirs, (fmt, enable_thinking)
+        d = decoder_for(template(name), enable_thinking=enable_thinking)
+        if d.format.think is not None and found.think_state_for(enable_thinking) != "none":
+            assert d.options.forced_open == (found.think_state_for(enable_thinking) == "open"), enable_thinking
 
 
 @pytest.mark.parametrize("name", NAMES)

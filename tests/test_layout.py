@@ -113,10 +113,6 @@ def test_no_import_cycles_outside_decoders() -> None:
     assert cycles == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="owed by decoders/ (code-review.md §1): registry imports catalog and detect, which import registry",
-)
 def test_no_import_cycles_in_decoders() -> None:
     assert _cycles(_graph()) == []
 

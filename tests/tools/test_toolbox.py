@@ -165,10 +165,12 @@ def test_sdk_objects_and_decoded_calls(toolbox: Toolbox) -> None:
     decoded = decoder("hermes").decode(text).tool_calls[0]
     assert toolbox.call(decoded) == {
         "role": "tool",
+        "tool_call_id": decoded.id,
         "content": '{"temperature": 26.1, "location": "Lima", "unit": "celsius"}',
     }
     # a call the decoder saw cut off is not run
-    [cut] = decoder("hermes").decode('<tool_call>{"name": "get_current_temperature", "arguments": {"loc').tool_calls
+    message = decoder("hermes").decode('<tool_call>{"name": "get_current_temperature", "arguments": {"loc')
+    [cut] = message.invalid_tool_calls
     assert toolbox.call(cut)["content"] == (
         "Error: invalid arguments for get_current_temperature: the call was malformed (the arguments were cut off)."
     )

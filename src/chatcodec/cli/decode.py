@@ -138,9 +138,12 @@ def show_message(message: AssistantMessage) -> str:
         lines += ["reasoning:", message.reasoning_content, ""]
     if message.content:
         lines += ["content:", message.content, ""]
-    for index, call in enumerate(message.tool_calls):
-        arguments = json.dumps(call.arguments, ensure_ascii=False, indent=2) if call.error is None else call.raw
-        lines += [f"tool call {index}: {call.name}", str(arguments), ""]
+    for call in sorted((*message.tool_calls, *message.invalid_tool_calls), key=lambda c: c.index):
+        if call.error is None:
+            lines += [f"tool call {call.index}: {call.name}", json.dumps(call.arguments, ensure_ascii=False, indent=2)]
+        else:
+            lines += [f"tool call {call.index}: {call.name} (invalid: {call.error})", call.raw]
+        lines.append("")
     return "\n".join(lines).rstrip("\n") or "(empty message)"
 
 

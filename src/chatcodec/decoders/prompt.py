@@ -35,7 +35,7 @@ def as_template(template: object) -> ChatTemplate:
     >>> as_template(5)
     Traceback (most recent call last):
     ...
-    chatcodec.exceptions.DecodeError: template must be a ChatTemplate, a built-in template name or a path, not int.
+    chatcodec.DecodeError: template must be a ChatTemplate, a built-in template name or a path, not int.
     """
     if isinstance(template, ChatTemplate):
         return template
@@ -86,12 +86,20 @@ def template_think_state(
 ) -> ThinkState | None:
     """Whether prompts from ``template`` end inside a think block with the tags of ``think``.
 
-    With the real ``prompt``, only its end is examined: about as long as the template's own
-    generation prompt, and a little more.
+    The template's :attr:`~chatcodec.ChatTemplate.capabilities` know the state its generation prompt
+    leaves, with and without ``enable_thinking``; that answers when the template thinks with these
+    tags. Other template variables, or the real ``prompt`` (only its end is examined: about as long
+    as the template's own generation prompt, and a little more), are read directly.
     """
     if think is None:
         return None
     kwargs = dict(chat_template_kwargs or {})
+    if prompt is None and not set(kwargs) - {"enable_thinking"}:
+        caps = template.capabilities
+        if caps.think_tags is None or caps.think_tags[0] in think.start or caps.think_tags[1] in think.end:
+            wanted = kwargs.get("enable_thinking", enable_thinking)
+            state = caps.think_state_for(wanted if isinstance(wanted, bool) else None)
+            return None if state == "none" else state
     if enable_thinking is not None:
         kwargs.setdefault("enable_thinking", enable_thinking)
     generation = generation_prompt(template, kwargs)
