@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import ChatcodecError, InputError, MaskError
@@ -67,8 +68,8 @@ def layout(
     """Render once more with marked content and read where every message landed."""
     vocab = codec._require_tokenizer()
     special_texts = set(vocab.special) | {t for t in codec.template.special_tokens.values() if t in vocab.added}
-    special = _alternation(special_texts)
-    added = _alternation(set(vocab.added))
+    special = _alternation(frozenset(special_texts))
+    added = _alternation(frozenset(vocab.added))
     chat = [m if isinstance(m, dict) else plain(m) for m in getattr(messages, "messages", messages)]
     roles = [m.get("role") if isinstance(m, dict) and isinstance(m.get("role"), str) else None for m in chat]
 
@@ -418,7 +419,9 @@ def message_token_spans(encoding: Encoding, layout: Layout) -> list[tuple[int, i
     return [(bisect.bisect_left(starts, a), bisect.bisect_left(starts, b)) for a, b in message_char_spans(layout)]
 
 
-def _alternation(texts: set[str]) -> re.Pattern[str]:
+@lru_cache(maxsize=64)
+def _alternation(texts: frozenset[str]) -> re.Pattern[str]:
+    """One compiled pattern per set of token texts: every encoding of a codec shares it."""
     from .vocab import alternation
 
     return re.compile(alternation(texts))
