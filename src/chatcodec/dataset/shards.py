@@ -1,0 +1,122 @@
+"""One shard's work, the same in every engine: read its rows, format them, pack them, count them.
+
+The result is a :class:`ShardResult`: an Arrow table of the output rows, the rejects (each with the
+row it came from) and the shard's :class:`Summary`. A shard is the unit a worker retries: its result
+exists whole or not at all, so a retried shard can neither lose nor repeat a row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .formatting import Formatted, Formatter, Rejected, labels
+from .packing import pack
+from .readers import Shard, read_shard
+from .summary import Summary
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["ShardResult", "output_schema", "run_shard"]
+
+#: how many formatted rows each shard offers as samples for the report
+SAMPLES = 2
+
+
+@dataclass
+class ShardResult:
+    index: int
+    table: pa.Table
+    #: one JSON line each: ``{"id", "reason", "error", "row"}``
+    rejects: list[str]
+    summary: Summary
+    samples: list[Formatted] = field(default_factory=list)
+
+
+def output_schema(*, labels: bool, packed: bool) -> pa.Schema:
+    """The columns of the output file."""
+    import pyarrow as pa
+
+    ids = pa.list_(pa.int32())
+    bits = pa.list_(pa.int8())
+    fields = [
+        ("id", pa.list_(pa.string()) if packed else pa.string()),
+        ("input_ids", ids),
+        ("attention_mask", bits),
+        ("labels", ids) if labels else ("assistant_masks", bits),
+        ("num_tokens", pa.int32()),
+    ]
+    if packed:
+        fields += [("position_ids", ids), ("seq_lengths", ids)]
+    return pa.schema(fields)
+
+
+def run_shard(shard: Shard, formatter: Formatter, pack_length: int | None = None) -> ShardResult:
+    """Read, format and (if ``pack_length``) pack one shard."""
+    summary = Summary(pack_length=pack_length or 0)
+    rows: list[Formatted] = []
+    rejects: list[str] = []
+    for row_id, row, error in read_shard(shard):
+        summary.rows_in += 1
+        result = formatter.format(row, row_id) if error is None else Rejected(row_id, "bad_row", error)
+        if isinstance(result, Rejected):
+            summary.rejected[result.reason] += 1
+            record = {"id": result.id, "reason": result.reason, "error": result.message, "row": row}
+            rejects.append(json.dumps(record, ensure_ascii=False, default=str))
+            continue
+        summary.add_row(len(result.input_ids), sum(result.mask), truncated=result.truncated)
+        rows.append(result)
+    with_labels = formatter.options.labels
+    schema = output_schema(labels=with_labels, packed=pack_length is not None)
+    if pack_length is None:
+        columns: dict[str, Any] = {
+            "id": [row.id for row in rows],
+            "input_ids": [row.input_ids for row in rows],
+            "masks": [row.mask for row in rows],
+        }
+    else:
+        sequences = pack([r.id for r in rows], [r.input_ids for r in rows], [r.mask for r in rows], pack_length)
+        summary.sequences = len(sequences)
+        columns = {
+            "id": [s.ids for s in sequences],
+            "input_ids": [s.input_ids for s in sequences],
+            "masks": [s.mask for s in sequences],
+            "position_ids": [s.position_ids for s in sequences],
+            "seq_lengths": [s.seq_lengths for s in sequences],
+        }
+    table = _table(schema, columns, with_labels)
+    return ShardResult(shard.index, table, rejects, summary, rows[:SAMPLES])
+
+
+def _table(schema: pa.Schema, columns: dict[str, Any], with_labels: bool) -> pa.Table:
+    import pyarrow as pa
+
+    ids = columns["input_ids"]
+    arrays: dict[str, Any] = {"id": pa.array(columns["id"], schema.field("id").type)}
+    offsets = _offsets(ids)
+    flat = [t for row in ids for t in row]
+    flat_ids = pa.array(flat, pa.int32())
+    arrays["input_ids"] = pa.ListArray.from_arrays(offsets, flat_ids)
+    arrays["attention_mask"] = pa.ListArray.from_arrays(offsets, pa.array([1] * len(flat_ids), pa.int8()))
+    flat_mask = [b for row in columns["masks"] for b in row]
+    if with_labels:
+        flat_labels = labels(flat, flat_mask)
+        arrays["labels"] = pa.ListArray.from_arrays(offsets, pa.array(flat_labels, pa.int32()))
+    else:
+        arrays["assistant_masks"] = pa.ListArray.from_arrays(offsets, pa.array(flat_mask, pa.int8()))
+    arrays["num_tokens"] = pa.array([len(row) for row in ids], pa.int32())
+    for name in ("position_ids", "seq_lengths"):
+        if name in columns:
+            arrays[name] = pa.array(columns[name], pa.list_(pa.int32()))
+    return pa.Table.from_pydict(arrays, schema=schema)
+
+
+def _offsets(rows: list[list[int]]) -> Any:
+    import pyarrow as pa
+
+    offsets = [0]
+    for row in rows:
+        offsets.append(offsets[-1] + len(row))
+    return pa.array(offsets, pa.int32())
