@@ -7,7 +7,8 @@ output is the same row for row whichever engine made it.
   at most two shards per worker are in flight, so memory stays flat however large the input;
 * **ray**: Ray Data, ``from_items(shards) -> map_batches(format) -> iter_batches``, on the cluster
   ``ray.init()`` finds (``RAY_ADDRESS``) or a local instance. A shard whose worker dies is run again by
-  Ray (``max_retries``); its result is whole or absent, so no row is lost or repeated.
+  Ray (Ray Data retries tasks lost to system failures); its result is whole or absent, so no row is lost
+  or repeated. A formatting error never fails a task: it is a reject.
 """
 
 from __future__ import annotations
@@ -96,10 +97,8 @@ def _ray_batch(batch: Any, *, formatter: Formatter, pack_length: int | None) -> 
     return pa.table({"result": pa.array(results, pa.binary())})
 
 
-def ray_results(
-    shards: Sequence[Shard], formatter: Formatter, pack_length: int | None, *, max_retries: int = 3
-) -> Iterator[ShardResult]:
-    """Run the shards on Ray Data, in order: a task per shard, each retried up to ``max_retries`` times."""
+def ray_results(shards: Sequence[Shard], formatter: Formatter, pack_length: int | None) -> Iterator[ShardResult]:
+    """Run the shards on Ray Data, in order: a task per shard, run again by Ray if its worker dies."""
     try:
         import ray
         import ray.data
@@ -120,8 +119,6 @@ def ray_results(
         partial(_ray_batch, formatter=formatter, pack_length=pack_length),
         batch_size=1,
         batch_format="pyarrow",
-        max_retries=max_retries,
-        retry_exceptions=False,
     )
     batch: Any
     for batch in formatted.iter_batches(batch_size=None, batch_format="pyarrow"):

@@ -35,7 +35,7 @@ REASONS: dict[str, str] = {
     "control_token": 'a control token in the content, with content_special_tokens="reject"',
     "mask_error": "no token of the assistant turns could be found in the prompt",
     "unsupervised": "nothing to learn: no assistant turn, or a mask with no token in it",
-    "too_long": "longer than max_length, with overlong='drop'",
+    "too_long": "longer than max_length, with overlong='drop' (or 'truncate' leaving nothing supervised)",
     "error": "any other failure (a bug: please report it)",
 }
 
@@ -201,9 +201,12 @@ class Formatter:
                 return Rejected(row_id, "too_long", f"{len(ids)} tokens, over max_length={options.max_length}")
             if options.overlong == "truncate":
                 ids, mask, truncated = ids[: options.max_length], mask[: options.max_length], True
+                if not any(mask):
+                    return Rejected(
+                        row_id, "too_long", f"over max_length={options.max_length}, and no supervised token is left"
+                    )
         if not any(mask):
-            why = " after truncation to max_length" if truncated else ""
-            return Rejected(row_id, "unsupervised", f"no token is supervised{why}")
+            return Rejected(row_id, "unsupervised", "no token is supervised")
         return Formatted(row_id, ids, mask, truncated)
 
     def __call__(self, batch: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:

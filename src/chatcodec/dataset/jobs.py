@@ -66,6 +66,8 @@ def format_dataset(
     """
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}.")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise InputError(f"workers must be at least 1, not {workers!r}.")
     if pack is not None:
         if not isinstance(pack, int) or pack < 1:
             raise InputError(f"pack must be a positive number of tokens, not {pack!r}.")
@@ -82,7 +84,9 @@ def format_dataset(
     if engine == "ray":
         results = ray_results(shards, formatter, pack)
     else:
-        results = local_results(shards, formatter, pack, workers=workers or os.cpu_count() or 1)
+        results = local_results(
+            shards, formatter, pack, workers=workers if workers is not None else os.cpu_count() or 1
+        )
     show = sys.stderr.isatty() if progress is None else progress
     summary, samples = _write(results, shards, output, rejects_path, formatter, pack, show)
     if report is not None:
