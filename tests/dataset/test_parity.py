@@ -1,4 +1,5 @@
-"""Parity: the dataset output equals transformers' apply_chat_template(tokenize=True, return_assistant_tokens_mask=True).
+"""Parity: the dataset output equals transformers'
+apply_chat_template(tokenize=True, return_assistant_tokens_mask=True).
 
 Every corpus conversation becomes one row, through format_dataset (the whole pipeline: reader, formatter,
 writer), with the real Qwen3 and Llama-3.1 tokenizers and a {% generation %} training template, and the

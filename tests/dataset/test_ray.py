@@ -22,7 +22,6 @@ from chatcodec.dataset.shards import run_shard
 
 from ..conftest import SHARED, require_shared
 from .test_dataset import BAD, GOOD, TEMPLATE, _chat
-from .test_parity import write_jsonl
 
 ray = pytest.importorskip("ray")
 pq = pytest.importorskip("pyarrow.parquet")
