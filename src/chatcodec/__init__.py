@@ -48,6 +48,7 @@ from .tokens import load as load
 if _typing.TYPE_CHECKING:  # what type checkers and IDEs see for the lazy names
     from .compat import apply_chat_template as apply_chat_template
     from .compat import patch as patch
+    from .dataset import format_dataset as format_dataset
     from .inspection import Finding as Finding
     from .inspection import Report as Report
     from .inspection import inspect as inspect
@@ -63,6 +64,7 @@ _LAZY: dict[str, str] = {
     "Report": "chatcodec.inspection",
     "inspect": "chatcodec.inspection",
     "lint": "chatcodec.inspection",
+    "format_dataset": "chatcodec.dataset",
     "Toolbox": "chatcodec.tools",
     "apply_chat_template": "chatcodec.compat",
     "patch": "chatcodec.compat",
@@ -103,6 +105,7 @@ __all__ = [
     "decoder",
     "decoder_for",
     "detect_format",
+    "format_dataset",
     "inspect",
     "lint",
     "load",

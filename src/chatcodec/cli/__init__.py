@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("chatcodec.cli.show", "write a rendered chat as one self-contained HTML page: roles, tokens, mask"),
     "templates": ("chatcodec.cli.templates", "list the built-in templates, or print one"),
     "tools": ("chatcodec.cli.tools", "tool schemas from Python functions, and the function-calling loop"),
+    "dataset": ("chatcodec.cli.dataset", "format a chat dataset for training (ids, masks, packing), or its stats"),
 }
 
 

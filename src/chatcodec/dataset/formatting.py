@@ -54,7 +54,8 @@ class FormatOptions:
     * ``max_length`` and ``overlong``: a longer row is dropped (to the rejects), truncated (its start is
       kept) or kept whole;
     * ``content_special_tokens``: ``"escape"`` (control tokens in content are plain text), ``"reject"``
-      or ``"allow"`` (transformers' behaviour).
+      or ``"allow"`` (transformers' behaviour);
+    * ``template_kwargs``: template variables for every row (a row's ``chat_template_kwargs`` win).
     """
 
     reasoning: bool = True
@@ -64,6 +65,7 @@ class FormatOptions:
     max_length: int | None = None
     overlong: Overlong = "drop"
     content_special_tokens: ContentPolicy = "escape"
+    template_kwargs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.overlong not in _OVERLONG:
@@ -189,7 +191,7 @@ class Formatter:
             tools=conversation.tools,
             documents=conversation.documents,
             content_special_tokens=options.content_special_tokens,
-            **conversation.kwargs,
+            **{**(options.template_kwargs or {}), **conversation.kwargs},
         )
         ids = encoding.input_ids
         mask = encoding.mask(reasoning=options.reasoning, end_of_turn=options.end_of_turn)
