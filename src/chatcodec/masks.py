@@ -23,8 +23,9 @@ rule as with tags), so the model is trained on every character it must produce.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from functools import lru_cache
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import ChatcodecError, InputError, MaskError
@@ -43,23 +44,49 @@ _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 @dataclass
 class Layout:
-    """Where the template put each message: the anchors of its content, and the turn header."""
+    """Where the template put each message: the anchors of its content, and the turn header.
+
+    The anchors and the header cost three more renders; they are found the first time they are read,
+    so a template with ``{% generation %}`` tags, whose mask needs neither, never pays for them.
+    """
 
     text: str
     roles: list[str | None]
-    #: per message, ``(position, kind)`` of each surviving marker; kind is content, reasoning or tool_call
-    anchors: list[list[tuple[int, str]]]
-    #: the generation prompt, or None when it could not be rendered
-    header: str | None
     #: ``{% generation %}`` spans in ``text``, when the template has tags
     generation_spans: list[tuple[int, int]] | None
-    #: why no anchors could be found, if so
-    failure: str | None
     special: re.Pattern[str]
     added: re.Pattern[str]
-    header_cuts: list[int] = field(default_factory=list)
-    #: the header ends with a control token, which the turn's text closes (Qwen3.5's ``<think>\n``)
-    header_opens: bool = False
+    #: finds the anchors, the reason they could not be found (or None) and the header
+    locate: Callable[[], tuple[list[list[tuple[int, str]]], str | None, str | None]]
+
+    @cached_property
+    def _located(self) -> tuple[list[list[tuple[int, str]]], str | None, str | None]:
+        return self.locate()
+
+    @property
+    def anchors(self) -> list[list[tuple[int, str]]]:
+        """Per message, ``(position, kind)`` of each surviving marker; kind is content, reasoning or tool_call."""
+        return self._located[0]
+
+    @property
+    def failure(self) -> str | None:
+        """Why no anchors could be found, if so."""
+        return self._located[1]
+
+    @property
+    def header(self) -> str | None:
+        """The generation prompt, or None when it could not be rendered."""
+        return self._located[2]
+
+    @cached_property
+    def header_cuts(self) -> list[int]:
+        return _header_cuts(self.header, self.added) if self.header else []
+
+    @cached_property
+    def header_opens(self) -> bool:
+        """The header ends with a control token, which the turn's text closes (Qwen3.5's ``<think>\n``)."""
+        header = self.header
+        return header is not None and any(m.end() == len(header.rstrip()) for m in self.added.finditer(header))
 
 
 def layout(
@@ -82,18 +109,18 @@ def layout(
         expand = _expander(spanned, escapes)
         generation_spans = [(expand(s), expand(e)) for s, e in spans]
 
-    anchors: list[list[tuple[int, str]]] = [[] for _ in chat]
-    failure = None
-    for only_assistant in (False, True):
-        found = _anchors(codec, chat, roles, options, rendered, escapes, text, only_assistant=only_assistant)
-        if isinstance(found, list):
-            anchors, failure = found, None
-            break
-        failure = found
-    header = _generation_header(codec, chat, roles, options)
-    cuts = _header_cuts(header, added) if header else []
-    opens = header is not None and any(m.end() == len(header.rstrip()) for m in added.finditer(header))
-    return Layout(text, roles, anchors, header, generation_spans, failure, special, added, cuts, opens)
+    def locate() -> tuple[list[list[tuple[int, str]]], str | None, str | None]:
+        anchors: list[list[tuple[int, str]]] = [[] for _ in chat]
+        failure = None
+        for only_assistant in (False, True):
+            found = _anchors(codec, chat, roles, options, rendered, escapes, text, only_assistant=only_assistant)
+            if isinstance(found, list):
+                anchors, failure = found, None
+                break
+            failure = found
+        return anchors, failure, _generation_header(codec, chat, roles, options)
+
+    return Layout(text, roles, generation_spans, special, added, locate)
 
 
 # --- the marked render -----------------------------------------------------------------------------------
@@ -343,9 +370,10 @@ def assistant_mask(encoding: Encoding, layout: Layout, *, reasoning: bool, end_o
         spans = assistant_regions(layout, reasoning=reasoning, end_of_turn=end_of_turn)
     mask = overlap_mask(encoding.offsets, spans)
     if "assistant" in layout.roles and not any(mask):
-        why = f"; {layout.failure}" if layout.failure else ""
         if layout.generation_spans is not None:
             why = "; its {% generation %} blocks cover none of their tokens"
+        else:
+            why = f"; {layout.failure}" if layout.failure else ""
         raise MaskError(
             f"The conversation has assistant turns, but no token of them could be found in the prompt{why}."
             " Check that the assistant messages have content the template prints."
@@ -356,14 +384,18 @@ def assistant_mask(encoding: Encoding, layout: Layout, *, reasoning: bool, end_o
 def overlap_mask(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
     """transformers' rule (§2.9): a token is 1 when it overlaps a span; zero-width tokens never are."""
     mask = [0] * len(offsets)
-    spans = sorted(spans)
-    at = 0
+    remaining = iter(sorted(spans))
+    first = next(remaining, None)
+    if first is None:
+        return mask
+    low, high = first
     for index, (start, end) in enumerate(offsets):
-        while at < len(spans) and start >= spans[at][1]:
-            at += 1
-        if at == len(spans):
-            break
-        if end > spans[at][0] and end > start:
+        while start >= high:  # this token is past the span: move to the next one
+            following = next(remaining, None)
+            if following is None:
+                return mask
+            low, high = following
+        if end > low and end > start:
             mask[index] = 1
     return mask
 
