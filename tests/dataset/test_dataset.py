@@ -335,3 +335,28 @@ def test_bad_arguments_are_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "broken.parquet").write_text("nope", encoding="utf-8")
     with pytest.raises(LoadError, match="not a Parquet file"):
         format_dataset(tmp_path / "broken.parquet", tmp_path / "o.parquet", tokenizer=tokenizer)
+
+
+def test_polyfill_formats_rows_the_template_refuses(tmp_path: Path) -> None:
+    require_shared()
+    template = tmp_path / "no_system.jinja"
+    template.write_text(
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+        "{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
+        encoding="utf-8",
+    )
+    rows = [{"id": "sys", "messages": [{"role": "system", "content": "Be brief."}, *_chat("Hi", "Hello")]}]
+    source = write_jsonl(tmp_path / "in.jsonl", rows)
+    common: dict[str, Any] = {"tokenizer": SHARED / "tokenizers" / "qwen3", "template": template, "workers": 1}
+    exact = format_dataset(source, tmp_path / "exact.parquet", **common)
+    assert dict(exact.rejected) == {"template_error": 1}
+    filled = format_dataset(source, tmp_path / "filled.parquet", polyfill="auto", **common)
+    row = pq.read_table(tmp_path / "filled.parquet").to_pylist()[0]
+    codec = Formatter(SHARED / "tokenizers" / "qwen3").codec
+    assert filled.rows_out == 1
+    assert codec.decode(row["input_ids"]).startswith("<|im_start|>user\nBe brief.\n\nHi<|im_end|>")
+    assert codec.decode([t for t, m in zip(row["input_ids"], row["assistant_masks"], strict=True) if m]) == (
+        "Hello<|im_end|>"
+    )
+    with pytest.raises(InputError, match="Unknown polyfill 'nope'"):
+        format_dataset(source, tmp_path / "x.parquet", polyfill={"nope"}, **common)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..dataset import REASONS, SHAREGPT_ROLES, format_dataset, read_summary
 from ..exceptions import InputError
+from ..polyfills import Polyfill
 from . import common
 
 __all__ = ["EXIT_REJECTED", "configure", "run"]
@@ -60,6 +61,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="escape",
         help="a control token inside content: plain text (escape, the default), a reject, or the token (allow)",
     )
+    parser.add_argument(
+        "--polyfill",
+        metavar="auto|NAME,...",
+        help="rewrite what the template cannot render: 'auto' (what it lacks, see chatcodec inspect) or rewrites"
+        " by name (see chatcodec render --help); by default a row the template refuses is a reject",
+    )
     run_group = parser.add_argument_group("the run")
     run_group.add_argument("--engine", choices=["local", "ray"], default="local", help="local processes or Ray Data")
     run_group.add_argument("--workers", type=_positive, metavar="N", help="local worker processes (default: all cores)")
@@ -107,12 +114,22 @@ def run(args: argparse.Namespace) -> int:
         overlong=args.overlong,
         content_special_tokens=args.content_special_tokens,
         template_kwargs=common.variables_from(args) or None,
+        polyfill=_polyfill(args.polyfill),
     )
     if args.json:
         print(json.dumps({**summary.to_dict(), "reasons": {k: REASONS[k] for k in summary.rejected}}))
     else:
         print(summary.text())
     return EXIT_REJECTED if summary.rejected_total else 0
+
+
+def _polyfill(value: str | None) -> Polyfill:
+    if value is None or value == "auto":
+        return "auto" if value else False
+    names = frozenset(name.strip() for name in value.split(",") if name.strip())
+    if not names:
+        raise InputError("--polyfill needs 'auto' or rewrite names separated by commas")
+    return names
 
 
 def _positive(text: str) -> int:

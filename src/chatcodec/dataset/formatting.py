@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from .. import polyfills
+from ..capabilities import Capabilities
 from ..exceptions import (
     ChatcodecError,
     InputError,
@@ -19,6 +21,7 @@ from ..exceptions import (
     SpecialTokenError,
     TemplateError,
 )
+from ..polyfills import Polyfill
 from ..render import ChatTemplate
 from ..templates import load_template
 from ..tokens import Codec, ContentPolicy, load
@@ -55,7 +58,9 @@ class FormatOptions:
       kept) or kept whole;
     * ``content_special_tokens``: ``"escape"`` (control tokens in content are plain text), ``"reject"``
       or ``"allow"`` (transformers' behaviour);
-    * ``template_kwargs``: template variables for every row (a row's ``chat_template_kwargs`` win).
+    * ``template_kwargs``: template variables for every row (a row's ``chat_template_kwargs`` win);
+    * ``polyfill``: rewrite what the template cannot render (``"auto"``, or rewrite names: see
+      :mod:`chatcodec.polyfills`); by default rows are rendered exactly, and a template error is a reject.
     """
 
     reasoning: bool = True
@@ -66,8 +71,11 @@ class FormatOptions:
     overlong: Overlong = "drop"
     content_special_tokens: ContentPolicy = "escape"
     template_kwargs: Mapping[str, Any] | None = None
+    polyfill: Polyfill = False
 
     def __post_init__(self) -> None:
+        if self.polyfill not in (False, None, True, "auto"):
+            object.__setattr__(self, "polyfill", polyfills.select(self.polyfill, _no_capabilities))
         if self.overlong not in _OVERLONG:
             raise InputError(f"overlong must be one of {', '.join(_OVERLONG)}, not {self.overlong!r}.")
         if self.content_special_tokens not in _POLICIES:
@@ -191,6 +199,7 @@ class Formatter:
             tools=conversation.tools,
             documents=conversation.documents,
             content_special_tokens=options.content_special_tokens,
+            polyfill=options.polyfill,
             **{**(options.template_kwargs or {}), **conversation.kwargs},
         )
         ids = encoding.input_ids
@@ -232,6 +241,10 @@ class Formatter:
             out["num_tokens"].append(len(result.input_ids))
             out["error"].append(None)
         return out
+
+
+def _no_capabilities() -> Capabilities:
+    raise AssertionError("rewrite names need no capabilities")  # select() asks only for "auto"
 
 
 def only_last_run(mask: list[int]) -> list[int]:
