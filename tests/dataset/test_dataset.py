@@ -360,3 +360,11 @@ def test_polyfill_formats_rows_the_template_refuses(tmp_path: Path) -> None:
     )
     with pytest.raises(InputError, match="Unknown polyfill 'nope'"):
         format_dataset(source, tmp_path / "x.parquet", polyfill={"nope"}, **common)
+
+
+def test_without_pyarrow_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "pyarrow", None)  # what a missing package looks like to import
+    with pytest.raises(InputError, match=r"pip install 'chatcodec\[dataset\]'"):
+        format_dataset(tmp_path / "in.jsonl", tmp_path / "o.parquet", tokenizer=SHARED / "tokenizers" / "qwen3")
+    with pytest.raises(InputError, match="pyarrow"):
+        read_summary(tmp_path / "o.parquet")

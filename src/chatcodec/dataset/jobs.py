@@ -21,7 +21,7 @@ from .engines import ENGINES, local_results, ray_results
 from .formatting import Formatted, Formatter
 from .readers import Shard, plan
 from .shards import ShardResult, output_schema
-from .summary import SUMMARY_KEY, Summary
+from .summary import SUMMARY_KEY, Summary, require_pyarrow
 
 __all__ = ["default_rejects_path", "format_dataset"]
 
@@ -64,6 +64,7 @@ def format_dataset(
 
     Returns the run's :class:`~chatcodec.dataset.Summary`, which the output file's metadata keeps too.
     """
+    require_pyarrow()
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}.")
     if workers is not None and (not isinstance(workers, int) or workers < 1):

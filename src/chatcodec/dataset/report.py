@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..exceptions import InputError, LoadError
 from .formatting import REASONS, Formatted
-from .summary import SUMMARY_KEY, Summary, bin_bounds
+from .summary import SUMMARY_KEY, Summary, bin_bounds, require_pyarrow
 
 if TYPE_CHECKING:
     from ..tokens import Codec
@@ -133,6 +133,7 @@ def _tokens(sample: Formatted, codec: Codec) -> str:
 
 def read_summary(path: str | Path) -> Summary:
     """The summary of an output file: the run's own, kept in its metadata, or counted from its columns."""
+    require_pyarrow()
     import pyarrow.parquet as pq
 
     try:

@@ -13,12 +13,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SUMMARY_KEY", "Summary", "bin_bounds", "length_bin"]
+from ..exceptions import InputError
+
+__all__ = ["SUMMARY_KEY", "Summary", "bin_bounds", "length_bin", "require_pyarrow"]
 
 #: the output file's metadata key holding the run's summary (JSON)
 SUMMARY_KEY = b"chatcodec.summary"
 
 _PER_DOUBLING = 4
+
+
+def require_pyarrow() -> None:
+    """Raise a clear error when pyarrow, which reads and writes Parquet, is not installed."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise InputError("Formatting datasets needs pyarrow: pip install 'chatcodec[dataset]'.") from None
 
 
 def length_bin(length: int) -> int:
