@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -363,7 +364,7 @@ def test_polyfill_formats_rows_the_template_refuses(tmp_path: Path) -> None:
 
 
 def test_without_pyarrow_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setitem(__import__("sys").modules, "pyarrow", None)  # what a missing package looks like to import
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # what a missing package looks like to import
     with pytest.raises(InputError, match=r"pip install 'chatcodec\[dataset\]'"):
         format_dataset(tmp_path / "in.jsonl", tmp_path / "o.parquet", tokenizer=SHARED / "tokenizers" / "qwen3")
     with pytest.raises(InputError, match="pyarrow"):
