@@ -1,11 +1,17 @@
-"""Render speed and import cost of chatcodec, side by side with transformers 5.24 and jinja2, in one run.
+"""Render speed and import cost: chatcodec side by side with transformers 5.24, jinja2 and minijinja, in one run.
 
     python bench/bench_render.py                 # every corpus template x conversation x option set
     python bench/bench_render.py --quick         # fewer repetitions
     python bench/bench_render.py --before main   # also chatcodec as of a git revision ("before"), same run
 
-Prints ratios (how many times faster chatcodec is), never absolute pass/fail thresholds. Needs the dev
-extra (transformers) and ../shared/corpus beside the checkout.
+For each corpus case every engine renders the same conversation, timed in CPU time, best of a few
+repeats: transformers' ``apply_chat_template(tokenize=False)`` (the reference chatcodec reproduces byte
+for byte), jinja2 alone (the template rendered directly in transformers' sandboxed environment, with no
+preprocessing: a floor for any jinja2-based renderer), minijinja (the Rust engine, when installed; its
+output differs from transformers' on some templates, counted as "exact") and chatcodec
+(``ChatTemplate.render``, compiled path). Prints ratios to transformers, never pass/fail thresholds.
+Import cost is measured with bytecode caches (``PYTHONPYCACHEPREFIX``), as an installed package has.
+Needs the dev extra (transformers) and ../shared/corpus beside the checkout.
 """
 
 from __future__ import annotations
@@ -49,13 +55,20 @@ def per_call(fn: Callable[[], Any], budget_s: float, repeats: int) -> float:
 
 
 def import_cost(module: str, runs: int) -> float:
-    """Median wall time of `python -c "import module"` minus that of `python -c "pass"`, in seconds."""
+    """Median wall time of `python -c "import module"` minus that of `python -c "pass"`, in seconds.
+
+    Bytecode is cached in a private folder first (a development checkout may run with
+    PYTHONDONTWRITEBYTECODE, which would make every import compile its source).
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "chatcodec-bench-pycache")
 
     def median_run(code: str) -> float:
+        subprocess.run([sys.executable, "-c", code], check=True, env=env)  # fills the cache
         times = []
         for _ in range(runs):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-c", code], check=True)
+            subprocess.run([sys.executable, "-c", code], check=True, env=env)
             times.append(time.perf_counter() - start)
         return statistics.median(times)
 
@@ -91,6 +104,62 @@ def reference_tokenizer(special_tokens: dict[str, str]) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=backend, **special_tokens)
 
 
+def jinja2_renderer(source: str) -> Any:
+    """The template in an environment configured as transformers configures its own, rendered directly."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(
+        x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+    ) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception, strftime_now=NOW.strftime)
+    return env.from_string(source)
+
+
+def minijinja_renderer(source: str) -> Any:
+    """The template in minijinja (its Python bindings) with transformers' globals; None when not installed."""
+    try:
+        import minijinja
+    except ImportError:
+        return None
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    env = minijinja.Environment(trim_blocks=True, lstrip_blocks=True)
+    env.add_function("raise_exception", raise_exception)
+    env.add_function("strftime_now", NOW.strftime)
+    env.add_template("t", source)
+    return env
+
+
+def prepared(template: Any, messages: Any, tools: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The variables chatcodec hands the template for this call: what jinja2 and minijinja render too."""
+    from chatcodec import compiler
+
+    seen: list[dict[str, Any]] = []
+    original = compiler.render
+
+    def spy(compiled: Any, source: str, variables: dict[str, Any], **kwargs: Any) -> str:
+        seen.append(dict(variables))
+        return original(compiled, source, variables, **kwargs)
+
+    compiler.render = spy
+    try:
+        template.render(messages, tools=tools, now=NOW, **options)
+    finally:
+        compiler.render = original
+    return seen[0]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter timing loops")
@@ -115,27 +184,33 @@ def main() -> int:
 
     ctu.datetime = Fixed  # the reference renders with the same pinned clock
     budget, repeats = (0.004, 2) if args.quick else (0.02, 3)
-
     manifest = json.loads((CORPUS / "manifest.json").read_text())["templates"]
     conversations = json.loads((CORPUS / "conversations.json").read_text())["conversations"]
+    engines = ["transformers", "jinja2", "minijinja", "chatcodec"] + (["before"] if before else [])
     print(
-        f"chatcodec {chatcodec.__version__} vs transformers {transformers.__version__}; Python {sys.version.split()[0]}"
+        f"chatcodec {chatcodec.__version__}, transformers {transformers.__version__}; Python {sys.version.split()[0]}"
         + (f"; 'before' is chatcodec at {args.before}" if before else "")
     )
-    header = f"{'template':<45} {'cases':>5} {'transformers':>13} {'chatcodec':>10} {'speed-up':>9}"
-    print(header + (f" {'before':>10} {'now/before':>10}" if before else ""))
+    columns = "".join(f" {e:>10}" for e in engines[1:])
+    print(f"{'template':<42} {'cases':>5} {'transformers':>12}{columns}  (x faster than transformers)")
 
-    per_template = []
-    all_ratios = []
-    per_template_change = []
-    all_changes = []
+    ratios: dict[str, list[float]] = {e: [] for e in engines[1:]}  # per template, median over its cases
+    case_ratios: dict[str, list[float]] = {e: [] for e in engines[1:]}
+    changes: list[float] = []  # chatcodec time / before, per template
+    minijinja_exact = minijinja_cases = 0
     for entry in manifest:
         source = (CORPUS / entry["file"]).read_text(encoding="utf-8")
-        template = chatcodec.ChatTemplate(source, special_tokens=entry["special_tokens"], name=entry["name"])
-        old = before.ChatTemplate(source, special_tokens=entry["special_tokens"]) if before else None
-        tokenizer = reference_tokenizer(entry["special_tokens"])
+        tokens = entry["special_tokens"]
+        template = chatcodec.ChatTemplate(source, special_tokens=tokens, name=entry["name"])
+        old = before.ChatTemplate(source, special_tokens=tokens) if before else None
+        tokenizer = reference_tokenizer(tokens)
         tokenizer.chat_template = source
-        ours_times, theirs_times, old_times = [], [], []
+        raw = jinja2_renderer(source)
+        try:
+            mini = minijinja_renderer(source)
+        except Exception:  # minijinja cannot parse this template
+            mini = None
+        times: dict[str, list[float]] = {e: [] for e in engines}
         for conv in conversations:
             for options in conv["option_sets"]:
                 messages, tools = conv["messages"], conv["tools"]
@@ -146,46 +221,64 @@ def main() -> int:
                 except Exception:  # the template refuses this input; nothing to time
                     continue
                 assert template.render(messages, tools=tools, now=NOW, **options) == expected
-
-                def theirs(m: Any = messages, t: Any = tools, o: Any = options, tok: Any = tokenizer) -> Any:
-                    return tok.apply_chat_template(m, tools=t, tokenize=False, **o)
-
-                def ours(m: Any = messages, t: Any = tools, o: Any = options, chat: Any = template) -> Any:
-                    return chat.render(m, tools=t, now=NOW, **o)
-
-                theirs_times.append(per_call(theirs, budget, repeats))
-                ours_times.append(per_call(ours, budget, repeats))
-                all_ratios.append(theirs_times[-1] / ours_times[-1])
+                context = prepared(template, messages, tools, options)
+                runs: dict[str, Callable[[], Any]] = {
+                    "transformers": lambda m=messages, t=tools, o=options, r=tokenizer: r.apply_chat_template(
+                        m, tools=t, tokenize=False, **o
+                    ),
+                    "chatcodec": lambda m=messages, t=tools, o=options, r=template: r.render(m, tools=t, now=NOW, **o),
+                }
+                try:
+                    if raw.render(**context) == expected:
+                        runs["jinja2"] = lambda c=context, r=raw: r.render(**c)
+                except Exception:  # jinja2 without transformers' globals cannot render this case
+                    pass
+                if mini is not None:
+                    try:
+                        minijinja_exact += mini.render_template("t", **context) == expected
+                        minijinja_cases += 1
+                        runs["minijinja"] = lambda c=context, r=mini: r.render_template("t", **c)
+                    except Exception:  # minijinja fails on this case: not timed
+                        minijinja_cases += 1
                 if old is not None:
-
-                    def older(m: Any = messages, t: Any = tools, o: Any = options, chat: Any = old) -> Any:
-                        return chat.render(m, tools=t, now=NOW, **o)
-
-                    old_times.append(per_call(older, budget, repeats))
-                    all_changes.append(ours_times[-1] / old_times[-1])
-        if not ours_times:
+                    runs["before"] = lambda m=messages, t=tools, o=options, r=old: r.render(m, tools=t, now=NOW, **o)
+                measured = {name: per_call(run, budget, repeats) for name, run in runs.items()}
+                for name, seconds in measured.items():
+                    times[name].append(seconds)
+                for name in ratios:
+                    if name in measured and name != "before":
+                        case_ratios[name].append(measured["transformers"] / measured[name])
+        if not times["chatcodec"]:
             continue
-        t_theirs, t_ours = statistics.median(theirs_times), statistics.median(ours_times)
-        per_template.append(t_theirs / t_ours)
-        line = (
-            f"{entry['name']:<45} {len(ours_times):>5} {t_theirs * 1e6:>11.1f}us {t_ours * 1e6:>8.1f}us"
-            f" {t_theirs / t_ours:>8.2f}x"
-        )
-        if old_times:
-            t_old = statistics.median(old_times)
-            per_template_change.append(t_ours / t_old)
-            line += f" {t_old * 1e6:>8.1f}us {t_ours / t_old:>9.3f}x"
+        reference = statistics.median(times["transformers"])
+        line = f"{entry['name'][:42]:<42} {len(times['chatcodec']):>5} {reference * 1e6:>10.1f}us"
+        for name in engines[1:]:
+            if times[name]:
+                ratio = reference / statistics.median(times[name])
+                line += f" {ratio:>9.2f}x"
+                if name != "before":
+                    ratios[name].append(ratio)
+            else:
+                line += f" {'-':>10}"
+        if times.get("before"):
+            changes.append(statistics.median(times["chatcodec"]) / statistics.median(times["before"]))
         print(line)
 
     print()
-    print(f"median speed-up over {len(all_ratios)} renders:        {statistics.median(all_ratios):.2f}x")
-    print(f"median speed-up over {len(per_template)} templates:      {statistics.median(per_template):.2f}x")
-    print(f"slowest template speed-up:                 {min(per_template):.2f}x")
-    if per_template_change:
+    for name in engines[1:]:
+        if name == "before" or not ratios[name]:
+            continue
         print(
-            f"render time now / before: median over renders {statistics.median(all_changes):.3f},"
-            f" over templates {statistics.median(per_template_change):.3f},"
-            f" worst template {max(per_template_change):.3f}"
+            f"{name:<10} median speed-up over transformers: {statistics.median(ratios[name]):6.2f}x over"
+            f" {len(ratios[name])} templates, {statistics.median(case_ratios[name]):6.2f}x over"
+            f" {len(case_ratios[name])} renders; slowest template {min(ratios[name]):.2f}x"
+        )
+    if minijinja_cases:
+        print(f"minijinja output equal to transformers' in {minijinja_exact} of {minijinja_cases} renders")
+    if changes:
+        print(
+            f"chatcodec render time now / before ({args.before}): median over templates"
+            f" {statistics.median(changes):.3f}, worst template {max(changes):.3f}"
         )
 
     # the issue's reference point: the Qwen3 template with a 10-turn chat
@@ -206,10 +299,15 @@ def main() -> int:
         f"Qwen3, 10-turn chat:  transformers {t_theirs * 1e6:.1f}us, chatcodec {t_ours * 1e6:.1f}us,"
         f" {t_theirs / t_ours:.2f}x"
     )
+    mini = minijinja_renderer(source)
+    if mini is not None:
+        context = {**qwen["special_tokens"], "messages": chat, "add_generation_prompt": True}
+        t_mini = per_call(lambda: mini.render_template("t", **context), 0.2, 5)
+        line += f"; minijinja {t_mini * 1e6:.1f}us ({t_theirs / t_mini:.2f}x)"
     if before:
         old = before.ChatTemplate(source, special_tokens=qwen["special_tokens"])
         t_old = per_call(lambda: old.render(chat, add_generation_prompt=True), 0.2, 5)
-        line += f"; before {t_old * 1e6:.1f}us (now/before {t_ours / t_old:.3f})"
+        line += f"; before {t_old * 1e6:.1f}us"
     print(line)
 
     runs = 5 if args.quick else 15

@@ -118,10 +118,13 @@ class Budget:
         "depth",
         "emitted",
         "limits",
+        "measured",
         "now",
+        "output",
         "rss_base",
         "spans",
         "steps",
+        "ticks",
     )
 
     def __init__(self, limits: Limits, now: datetime | None = None, track_generation: bool = False) -> None:
@@ -138,16 +141,30 @@ class Budget:
         #: characters the root of the template has produced so far; ``{% generation %}`` spans use it
         self.emitted = 0
         self.spans: list[tuple[int, int]] | None = [] if track_generation else None
+        #: the output list a compiled render appends to, and how much of it has been measured
+        self.output: list[str] | None = None
+        self.measured = 0
+        self.ticks = 0
 
     def tick(self) -> None:
-        """Called when a chunk of steps is used up, or many bytes were made: read the clock and memory."""
+        """Called when a chunk of steps is used up, or many bytes were made: read the clock and memory.
+
+        Memory is also read every 16 chunks whatever was counted, as many small values add up too.
+        """
         self.steps = STEP_CHUNK
+        self.ticks += 1
         if time.monotonic() > self.deadline:
             raise LimitError(
                 f"The render took longer than {self.limits.timeout:g} s, the time limit. The template loops"
                 " too long for this input; raise Limits(timeout=...) if the input really needs it."
             )
-        if self.alloc >= self.alloc_check:
+        output = self.output
+        if output is not None and len(output) > self.measured:
+            self.emitted += sum(map(len, output[self.measured :]))
+            self.measured = len(output)
+            if self.emitted > self.limits.max_output:
+                self.check_size(self.emitted, "an output")
+        if self.alloc >= self.alloc_check or self.ticks & 15 == 1:
             self._check_memory()
 
     def spend(self, steps: int) -> None:

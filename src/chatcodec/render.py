@@ -218,11 +218,11 @@ class ChatTemplate:
         track_generation: bool,
         polyfill: polyfills.Polyfill = False,
     ) -> tuple[str, list[tuple[int, int]], tuple[str, ...]]:
-        names = polyfills.select(polyfill, lambda: self.capabilities)
+        names = _NO_POLYFILLS if polyfill is False else polyfills.select(polyfill, lambda: self.capabilities)
         key = "default" if chat_template is None and self._only_default else self._select(chat_template, tools)
-        compiled = self._compile(key)
+        compiled = self._compiled.get(key) or self._compile(key)
 
-        if isinstance(messages, (list, tuple)) and not messages:
+        if not messages and isinstance(messages, (list, tuple)):
             raise InputError("Cannot apply chat template to an empty conversation. Provide at least one message.")
         if continue_final_message and add_generation_prompt:
             raise InputError(
@@ -235,7 +235,7 @@ class ChatTemplate:
         try:
             chat = _normalize_messages(messages)
             variables: dict[str, Any] = (
-                {**self.special_tokens, **plain(template_kwargs)} if template_kwargs else dict(self.special_tokens)
+                {**self.special_tokens, **plain(template_kwargs)} if template_kwargs else self.special_tokens.copy()
             )
             variables["tools"] = None if tools is None else _tool_schemas(tools)
             variables["documents"] = None if documents is None else _documents(documents)
@@ -268,7 +268,9 @@ class ChatTemplate:
                 )  # fmt: skip
             else:
                 budget = Budget(self.limits, now=now, track_generation=track_generation)
-                text = sandbox.run(compiled, variables, name=self._label(key), budget=budget)
+                text = (_COMPILER or _load_compiler()).render(
+                    compiled, self._sources[key], variables, name=self._label(key), budget=budget
+                )
                 spans = budget.spans or []
         except TemplateRuntimeError as exc:
             if not names and not isinstance(exc, TemplateRaisedError):  # the chat is still the caller's
@@ -277,6 +279,19 @@ class ChatTemplate:
         if continued is not None:
             text = _cut_at_tag(text, continued)
         return text, spans, applied
+
+
+_NO_POLYFILLS: frozenset[str] = frozenset()
+#: chatcodec.compiler, imported on the first render (`import chatcodec` stays light)
+_COMPILER: Any = None
+
+
+def _load_compiler() -> Any:
+    global _COMPILER
+    from . import compiler
+
+    _COMPILER = compiler
+    return compiler
 
 
 # --- preprocessing: what the template sees ---------------------------------------------------------
@@ -355,7 +370,12 @@ def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
         )
     chat = []
     for index, message in enumerate(messages):
-        if type(message) is not dict:
+        if type(message) is dict:
+            # the common message, {"role": str, "content": str}, is plain as it is: nothing to convert or alias
+            if len(message) == 2 and type(message.get("content")) is str and type(message.get("role")) is str:
+                chat.append(message)
+                continue
+        else:
             message = _message_as_dict(message, index)
         converted = message
         for key, value in message.items():

@@ -121,7 +121,15 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class TemplateNamespace(Namespace):
-    """``namespace()``, refusing underscore-prefixed attribute names as transformers does."""
+    """``namespace()``, refusing underscore-prefixed attribute names as transformers does.
+
+    The attributes live in the instance's own ``__dict__`` and are read with plain attribute access,
+    not through jinja2's ``Namespace.__getattribute__`` (Python code run for every read, ``__class__``
+    included); the sandbox keeps templates away from the underscore names, so templates see the same
+    object: the same attributes, the same ``<Namespace {...}>`` text.
+    """
+
+    __getattribute__ = object.__getattribute__
 
     def __init__(*args: Any, **kwargs: Any) -> None:
         self, args = args[0], args[1:]
@@ -134,19 +142,19 @@ class TemplateNamespace(Namespace):
                 shared = True
         if shared:
             limits.built(attrs)
-        Namespace.__init__(self, attrs)
+        self.__dict__.update(attrs)
 
     def __setitem__(self, name: str, value: Any) -> None:
         if isinstance(name, str) and name.startswith("_"):
             _refuse_name(name)
-        Namespace.__setitem__(self, name, value)
+        self.__dict__[name] = value
 
     def __repr__(self) -> str:
         # A namespace can change after a list holding it was checked, so its text is paid for each time
         # it is shown: printing a list that repeats it stops at the budget instead of filling memory.
-        attrs = object.__getattribute__(self, "_Namespace__attrs")
+        attrs = self.__dict__
         limits.check_expanded(attrs, "a namespace")
-        return _made_text(Namespace.__repr__(self))
+        return _made_text(f"<Namespace {attrs!r}>")
 
 
 def _made_text(text: str) -> str:
@@ -571,7 +579,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             except KeyError:
                 return self.undefined(obj=obj, name=attribute)
         if kind is TemplateNamespace and not attribute.startswith("_"):
-            attrs = object.__getattribute__(obj, "_Namespace__attrs")
+            attrs = obj.__dict__
             if attribute in attrs:
                 return attrs[attribute]
         elif attribute in self._safe.get(kind, ()):

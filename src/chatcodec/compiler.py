@@ -1,0 +1,952 @@
+"""The template compiler: a chat template as Python specialized for the plain JSON values it renders.
+
+jinja2 compiles a template into general Python: every name is looked up through a context object, every
+attribute through the sandbox, every piece of output is yielded from a generator, every loop that
+mentions ``loop`` goes through ``LoopContext``. After preprocessing (:mod:`chatcodec.render`) a chat
+template only ever sees plain JSON values, so this module compiles the same syntax tree, with jinja2's
+own scoping (its code generator's frames and symbol tables), into Python that takes the short way
+whenever a value is plain:
+
+* ``message.content`` and ``message['content']`` are a dict lookup when ``message`` is a dict holding
+  that key, else the sandbox's ``getattr``/``getitem`` (which also makes the ``Undefined``);
+* ``x.strip('\\n')``, ``x.split(...)``, ``d.get(...)`` call the method directly on a short ``str`` or a
+  ``dict``, else go through the sandbox's checked call;
+* ``|length``, ``|trim``, ``|string``, ``is defined``, ``is none``, ``is string``... are inline Python;
+* ``'<|im_start|>' + role + '\\n' + content`` is one Python expression, after its operands' lengths are
+  checked to be small;
+* a loop that reads ``loop.index0``, ``loop.first``, ``loop.last``... counts with local variables
+  instead of ``LoopContext``;
+* output is appended to one list and joined once; names are read from the render's variables.
+
+The sandbox's guarantees stay: anything that is not a plain value goes through the same checked
+functions as the generic path, and every budget of :mod:`chatcodec.limits` is paid (loops, macros,
+large values, amplifying operators). A compiled render that raises anything but a
+:class:`~chatcodec.LimitError` is run again on the generic path, so errors and their messages are
+exactly jinja2's; templates with constructs the compiler leaves alone (``extends``, ``include``,
+``import``, blocks, ``autoescape``, recursive loops) always take the generic path, and so do renders
+that track ``{% generation %}`` spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from functools import lru_cache
+from types import MethodType
+from typing import Any
+
+from jinja2 import nodes
+from jinja2.compiler import Frame, MacroRef, find_undeclared, optimizeconst
+from jinja2.exceptions import TemplateRuntimeError
+from jinja2.idtracking import VAR_LOAD_ALIAS, VAR_LOAD_PARAMETER, VAR_LOAD_RESOLVE, VAR_LOAD_UNDEFINED
+from jinja2.nodes import EvalContext
+from jinja2.runtime import Context, Undefined, identity
+from jinja2.utils import Namespace, _PassArg, concat, internalcode, missing
+from markupsafe import Markup, escape
+
+from . import limits, sandbox
+from .exceptions import ChatcodecError, LimitError
+
+__all__ = ["FastTemplate", "fast_template", "render"]
+
+environment = sandbox.environment
+
+#: short strings and their methods: nothing to pay for (as in the sandbox's own fast path)
+_SHORT = limits.FAST_SIZE
+#: a chain of ``+`` is one Python expression while its operands add up to at most this many characters
+_SHORT_CHAIN = 1 << 20
+
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+#: ``loop`` attributes a fast loop computes from its index and length
+_LOOP_ATTRIBUTES = frozenset(
+    {"index0", "index", "first", "last", "length", "revindex", "revindex0", "previtem", "nextitem"}
+)
+#: str methods called directly on a short str (sizes and widths are limits.call_str_method's business)
+_STR_METHODS = frozenset(
+    {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "lower", "upper", "title",
+     "capitalize", "find", "rfind", "count", "isdigit", "isalpha", "isalnum", "isspace", "islower",
+     "isupper", "splitlines", "partition", "rpartition", "removeprefix", "removesuffix", "casefold",
+     "swapcase", "isnumeric", "isdecimal", "isidentifier", "istitle"}
+)  # fmt: skip
+#: the ones whose argument is a set of characters: quadratic with a long one, so only a constant is inlined
+_STRIP_METHODS = frozenset({"strip", "lstrip", "rstrip"})
+#: dict methods called directly on a dict
+_DICT_METHODS = frozenset({"get", "items", "keys", "values"})
+#: filters that are a str method of their value when it is a short str, and take no argument
+_TEXT_FILTERS = {"trim": "strip", "lower": "lower", "upper": "upper", "capitalize": "capitalize"}
+#: filters whose result is always text (str or Markup): output needs no str()
+_TEXT_RESULTS = frozenset(
+    {"trim", "tojson", "string", "lower", "upper", "capitalize", "title", "join", "replace", "indent", "format",
+     "striptags", "truncate", "wordwrap", "center", "urlencode", "e", "escape", "forceescape", "safe"}
+)  # fmt: skip
+#: tests that are a short Python expression of their value (``{}`` is the value)
+_INLINE_TESTS = {
+    "defined": "(not isinstance({}, Undefined))",
+    "undefined": "isinstance({}, Undefined)",
+    "none": "({} is None)",
+    "string": "isinstance({}, str)",
+    "true": "({} is True)",
+    "false": "({} is False)",
+}
+#: tests that are quick for plain values (``{0}`` is the value, kept in a temporary), else jinja2's own
+_PLAIN_TESTS = {
+    "mapping": "(type({first}) is dict or {test}({value}))",
+    "iterable": "(type({first}) in _ITERABLE or {test}({value}))",
+    "sequence": "(type({first}) in _SEQUENCE or {test}({value}))",
+    "number": "(type({first}) in _NUMBER or {test}({value}))",
+}
+
+
+_RESOLVES = "#resolves#"
+
+
+class _Unsupported(Exception):
+    """A construct the compiler leaves to the generic path."""
+
+
+class _Context:
+    """What compiled code passes where jinja2 wants a ``Context``: the real one is made on first use.
+
+    Most renders never need it (only ``pass_context`` filters such as ``|selectattr`` and calls of
+    things that are not plain do), so it costs one small object per render.
+    """
+
+    __slots__ = ("_real", "_variables")
+    eval_ctx = EvalContext(environment)
+    environment = environment
+
+    def __init__(self, variables: Mapping[str, Any]) -> None:
+        self._variables = variables
+        self._real: Context | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        real = self._real
+        if real is None:
+            globals_ = environment.globals
+            real = self._real = Context(environment, {**globals_, **self._variables}, None, {}, globals_)
+        return getattr(real, name)
+
+
+class _NoContext:
+    """What ``context`` is in compiled code: only ``context.eval_ctx`` (autoescape off) is ever read."""
+
+    __slots__ = ()
+    eval_ctx = _Context.eval_ctx
+
+
+def _call(variables: Mapping[str, Any], function: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """A template's call of a name (a macro, ``namespace(...)``): directly when it is one of ours."""
+    if type(function) is sandbox._BudgetedMacro or id(function) in environment._trusted:
+        return function(*args, **kwargs)
+    if type(function) is MethodType and type(function.__self__) is sandbox.GenerationExtension:
+        return function(*args, **kwargs)  # {% generation %} (spans are only tracked on the generic path)
+    return environment.call(_Context(variables), function, *args, **kwargs)
+
+
+def _call_method(variables: Mapping[str, Any], value: Any, name: str, args: tuple[Any, ...]) -> Any:
+    """``value.name(*args)`` through the sandbox's checked call (what the inline fast path did not take)."""
+    return environment.call_method(_Context(variables), value, name, args, None)
+
+
+def _macro(function: Any, weight: int, *args: Any) -> Any:
+    """A macro called by its name with positional arguments: its function, with what ``Macro`` would pay."""
+    budget = limits.enter_recursion(weight)
+    try:
+        return function(*args)
+    finally:
+        budget.depth -= 1
+
+
+def _sequence(iterable: Any) -> Any:
+    """What a fast loop indexes: lists, tuples and strings as they are, anything else as a list."""
+    kind = type(iterable)
+    return iterable if kind is list or kind is tuple or kind is str else list(iterable)
+
+
+def _chain(*parts: Any) -> Any:
+    """``a + b + c + ...`` when its operands are long: each sum checked before it allocates."""
+    result = parts[0]
+    for part in parts[1:]:
+        result = limits.add(result, part)
+    return result
+
+
+#: what generated code finds in its module namespace
+_RUNTIME: dict[str, Any] = {
+    "environment": environment,
+    "missing": missing,
+    "undefined": environment.undefined,
+    "cond_expr_undefined": Undefined,
+    "Undefined": Undefined,
+    "Namespace": Namespace,
+    "Markup": Markup,
+    "escape": escape,
+    "identity": identity,
+    "concat": concat,
+    "internalcode": internalcode,
+    "TemplateRuntimeError": TemplateRuntimeError,
+    "Macro": sandbox._BudgetedMacro,
+    "LoopContext": sandbox._BudgetedLoop,
+    "Mapping": Mapping,
+    "_Context": _Context,
+    "context": _NoContext(),
+    "_cc_call": _call,
+    "_cc_method": _call_method,
+    "_cc_getattr": environment.fast_getattr,
+    "_cc_getitem": environment.fast_getitem,
+    "_cc_add": limits.add,
+    "_cc_mul": limits.mul,
+    "_cc_power": limits.power,
+    "_cc_mod": limits.mod,
+    "_cc_concat": limits.concat,
+    "_cc_call_method": environment.call_method,
+    "_cc_slice_of": limits.slice_of,
+    "_cc_built": limits.built,
+    "_cc_chain": limits.chain,
+    "_cc_contains": limits.contains,
+    "_cc_not_in": limits.not_in,
+    "_cc_in": limits.contains,
+    "_cc_notin": limits.not_in,
+    "_cc_eq": limits.eq,
+    "_cc_ne": limits.ne,
+    "_cc_lt": limits.lt,
+    "_cc_le": limits.le,
+    "_cc_gt": limits.gt,
+    "_cc_ge": limits.ge,
+    "_cc_counted": limits.counted,
+    "_cc_spend": limits.spend,
+    "_cc_sequence": _sequence,
+    "_SEARCHED": frozenset({str, list, tuple}),
+    "_ITERABLE": frozenset({list, dict, str, tuple}),
+    "_SEQUENCE": frozenset({list, dict, str, tuple}),
+    "_NUMBER": frozenset({int, float}),
+    "_cc_macro": _macro,
+    "_cc_cat": _chain,
+}
+
+
+class _FastGenerator(sandbox._CodeGenerator):
+    """jinja2's code generator (through the sandbox's), writing specialized Python for plain values."""
+
+    def __init__(self, name: str | None) -> None:
+        super().__init__(environment, name, None, optimized=True)
+        self._fast_loops: dict[str, tuple[str, str, str]] = {}
+        self._globals: dict[str, str] = {}
+        #: names read from the render's variables, each once per render, and what stands for a missing one
+        self._resolved: dict[str, str] = {}
+        #: macros defined once at the top of the template and never rebound: called without ``Macro``
+        self._direct_candidates: set[str] = set()
+        self._direct: dict[str, tuple[str, int, int]] = {}
+        #: identifiers that never hold jinja2's `missing` marker: reading them needs no check
+        self._defined: set[str] = set()
+
+    def _temp(self) -> str:
+        self._last_identifier += 1
+        return f"_x{self._last_identifier}"
+
+    # --- what stays on the generic path ----------------------------------------------------------------
+
+    def _unsupported(self, node: nodes.Node, *_: Any, **__: Any) -> None:
+        raise _Unsupported(type(node).__name__)
+
+    visit_Extends = visit_Block = visit_Include = visit_Import = visit_FromImport = _unsupported
+    visit_ScopedEvalContextModifier = visit_EvalContextModifier = _unsupported
+    visit_ContextReference = visit_DerivedContextReference = _unsupported
+
+    # --- the module and its one function -------------------------------------------------------------
+
+    def visit_Template(self, node: nodes.Template, frame: Frame | None = None) -> None:
+        eval_ctx = EvalContext(self.environment, self.name)
+        self.pull_dependencies(node.body)  # filters and tests, looked up once, at module level
+        bound = [n.name for n in node.find_all(nodes.Name) if n.ctx in ("store", "param")]
+        bound += [n.name for n in node.find_all(nodes.Macro)]
+        self._direct_candidates = {m.name for m in node.body if isinstance(m, nodes.Macro) and bound.count(m.name) == 1}
+        frame = Frame(eval_ctx)
+        frame.symbols.analyze_node(node)
+        frame.buffer = "_o"
+        self.writeline("def root(_v, _o):", extra=1)
+        self.indent()
+        self.writeline("_w = _o.append")
+        self.writeline(_RESOLVES)  # filled in below, once every frame is known
+        self.enter_frame(frame)
+        self.blockvisit(node.body, frame)
+        self.writeline("return _o")
+        self.outdent()
+
+    def enter_frame(self, frame: Frame) -> None:
+        # jinja2's, with names resolved from the render's variables (then the environment's globals)
+        undefs = []
+        for target, (action, param) in frame.symbols.loads.items():
+            if action == VAR_LOAD_PARAMETER:
+                pass
+            elif action == VAR_LOAD_RESOLVE:
+                # the render's variables do not change while it runs: each name is read once, up front
+                if param not in self._resolved:
+                    self._resolved[param] = f"_r_{len(self._resolved)}"
+                self.writeline(f"{target} = {self._resolved[param]}")
+                self._defined.add(target)
+            elif action == VAR_LOAD_ALIAS:
+                self.writeline(f"{target} = {param}")
+                if param in self._defined:
+                    self._defined.add(target)
+            elif action == VAR_LOAD_UNDEFINED:
+                undefs.append(target)
+            else:  # pragma: no cover - jinja2 has no other kind
+                raise _Unsupported(action)
+        if undefs:
+            self.writeline(f"{' = '.join(undefs)} = missing")
+
+    def finish(self, code: str) -> str:
+        """The generated module, with the names every render resolves read once at the top of ``root``."""
+        lines = []
+        for name, ident in self._resolved.items():
+            default = self._global(name) if name in self.environment.globals else f"_u{ident}"
+            lines.append(f"{ident} = _v.get({name!r}, {default})")
+        constants = [f"{ident} = environment.globals[{name!r}]" for name, ident in self._globals.items()]
+        constants += [
+            f"_u{ident} = undefined(name={name!r})"
+            for name, ident in self._resolved.items()
+            if name not in self.environment.globals
+        ]
+        return code.replace(_RESOLVES, "; ".join(lines) or "pass", 1) + "\n" + "\n".join(constants) + "\n"
+
+    def visit_Name(self, node: nodes.Name, frame: Frame) -> None:
+        if node.ctx == "load":
+            ref = frame.symbols.ref(node.name)
+            if ref in self._defined:
+                self.write(ref)
+                return
+        super().visit_Name(node, frame)
+
+    def _global(self, name: str) -> str:
+        if name not in self.environment.globals:
+            return "missing"
+        if name not in self._globals:
+            self._globals[name] = f"_g_{len(self._globals)}"
+        return self._globals[name]
+
+    def pop_assign_tracking(self, frame: Frame) -> None:
+        # Nothing reads jinja2's `_loop_vars`/`_block_vars` or a context's exports here.
+        self._assign_stack.pop()
+
+    def start_write(self, frame: Frame, node: nodes.Node | None = None) -> None:
+        if frame.buffer == "_o":
+            self.writeline("_w(", node)
+        else:
+            super().start_write(frame, node)
+
+    def visit_Output(self, node: nodes.Output, frame: Frame) -> None:
+        if frame.require_output_check:
+            raise _Unsupported("output outside blocks of an extended template")
+        finalize = self._make_finalize()
+        write = "_w" if frame.buffer == "_o" else f"{frame.buffer}.append"
+        pending: list[str] = []
+
+        def flush() -> None:
+            if pending:
+                self.writeline(f"{write}({self._output_const_repr(pending)})")
+                pending.clear()
+
+        for child in node.nodes:
+            try:
+                if not (finalize.const or isinstance(child, nodes.TemplateData)):
+                    raise nodes.Impossible()
+                pending.append(self._output_child_to_const(child, frame, finalize))
+                continue
+            except (nodes.Impossible, Exception):
+                pass
+            flush()
+            self.writeline(f"{write}(", child)
+            text = self._is_text(child, frame)
+            if not text:
+                self.write("str(")
+            self.visit(child, frame)
+            self.write(")" if text else "))")
+        flush()
+
+    def _is_text(self, node: nodes.Node, frame: Frame) -> bool:
+        """Whether ``node`` always gives a str (or Markup) when it gives anything: its output needs no str()."""
+        if isinstance(node, (nodes.TemplateData, nodes.Concat)):
+            return True
+        if isinstance(node, nodes.Const):
+            return isinstance(node.value, str)
+        if isinstance(node, nodes.Filter):
+            return node.name in _TEXT_RESULTS and node.node is not None
+        if isinstance(node, nodes.Add):
+            return any(isinstance(o, nodes.Const) and isinstance(o.value, str) for o in _add_operands(node))
+        if isinstance(node, nodes.CondExpr):
+            return node.expr2 is not None and self._is_text(node.expr1, frame) and self._is_text(node.expr2, frame)
+        return False
+
+    def visit_Macro(self, node: nodes.Macro, frame: Frame) -> None:
+        super().visit_Macro(node, frame)
+        if node.name in self._direct_candidates and frame.symbols.find_ref(node.name) is not None:
+            macro_ref = MacroRef(node)
+            accesses = find_undeclared(node.body, ("caller", "kwargs", "varargs"))
+            if not accesses and not any(arg.name in ("caller", "kwargs", "varargs") for arg in node.args):
+                function = f"{frame.symbols.ref(node.name)}_fn"
+                self.writeline(f"{function} = macro")
+                self._direct[node.name] = (function, len(macro_ref.node.args), sandbox._weight(node.body))
+
+    def macro_def(self, macro_ref: Any, frame: Frame) -> None:
+        arg_tuple = ", ".join(repr(x.name) for x in macro_ref.node.args)
+        name = getattr(macro_ref.node, "name", None)
+        if len(macro_ref.node.args) == 1:
+            arg_tuple += ","
+        self.write(
+            f"Macro(environment, macro, {name!r}, ({arg_tuple}),"
+            f" {macro_ref.accesses_kwargs!r}, {macro_ref.accesses_varargs!r},"
+            f" {macro_ref.accesses_caller!r}, False, {sandbox._weight(macro_ref.node.body)})"
+        )
+
+    # --- loops --------------------------------------------------------------------------------------------
+
+    def visit_For(self, node: nodes.For, frame: Frame) -> None:
+        if node.recursive or any(block.scoped for block in node.find_all(nodes.Block)):
+            raise _Unsupported("recursive loop")
+        if node.test is not None and "loop" in find_undeclared([node.test], ("loop",)):
+            raise _Unsupported("loop in a loop's filter")
+        for name in node.find_all(nodes.Name):
+            if name.ctx == "store" and name.name == "loop":
+                raise _Unsupported("assignment to loop")
+        loop_frame = frame.inner()
+        loop_frame.loop_frame = True
+        test_frame = frame.inner()
+        else_frame = frame.inner()
+        uses_loop = "loop" in find_undeclared(node.iter_child_nodes(only=("body",)), ("loop",))
+        fast = uses_loop and _reads_only_counters(node.body)
+        loop_ref = loop_frame.symbols.declare_parameter("loop") if uses_loop else None
+        loop_frame.symbols.analyze_node(node, for_branch="body")
+        if node.else_:
+            else_frame.symbols.analyze_node(node, for_branch="else")
+
+        loop_filter = None
+        if node.test is not None:  # `{% for x in xs if test %}`: a generator over the counted items
+            loop_filter = self.temporary_identifier()
+            test_frame.symbols.analyze_node(node, for_branch="test")
+            self.writeline(f"def {loop_filter}(fiter):", node.test)
+            self.indent()
+            self.enter_frame(test_frame)
+            self.writeline("for ")
+            self.visit(node.target, loop_frame)
+            self.write(" in fiter:")
+            self.indent()
+            self.writeline("if ", node.test)
+            self.visit(node.test, test_frame)
+            self.write(":")
+            self.indent()
+            self.writeline("yield ")
+            self.visit(node.target, loop_frame)
+            self.outdent(3)
+            self.leave_frame(test_frame, with_python_scope=True)
+
+        indicator = None
+        if node.else_:
+            indicator = self.temporary_identifier()
+            self.writeline(f"{indicator} = 1")
+        if loop_ref is not None:
+            self.writeline(f"{loop_ref} = missing")
+
+        items = self.temporary_identifier()
+        iterable, weight = _counted_parts(node.iter)  # type: ignore[arg-type]
+        if fast:
+            assert loop_ref is not None
+            index, length = self._temp(), self._temp()
+            self.writeline(f"{items} = _cc_sequence(", node)
+            if loop_filter is not None:
+                self.write(f"{loop_filter}(_cc_counted(")
+                self.visit(iterable, frame)
+                self.write(f", {weight})))")
+            else:
+                self.visit(iterable, frame)
+                self.write(")")
+            self.writeline(f"{length} = len({items})")
+            self.writeline(f"for {index}, ")
+            self.visit(node.target, loop_frame)
+            counted = items if loop_filter is not None else f"_cc_counted({items}, {weight})"
+            self.write(f" in enumerate({counted}):")
+            self._fast_loops[loop_ref] = (index, length, items)
+        else:
+            self.writeline(f"{items} = ", node)
+            if loop_filter is not None:
+                self.write(f"{loop_filter}(")
+            self.write("_cc_counted(")
+            self.visit(iterable, frame)
+            self.write(f", {weight})")
+            if loop_filter is not None:
+                self.write(")")
+            self.writeline("for ")
+            self.visit(node.target, loop_frame)
+            if uses_loop:
+                self.write(f", {loop_ref} in LoopContext({items}, undefined):")
+            else:
+                self.write(f" in {items}:")
+
+        self.indent()
+        self.enter_frame(loop_frame)
+        self.blockvisit(node.body, loop_frame)
+        if indicator is not None:
+            self.writeline(f"{indicator} = 0")
+        self.outdent()
+        self.leave_frame(loop_frame)
+
+        if node.else_:
+            self.writeline(f"if {indicator}:")
+            self.indent()
+            self.enter_frame(else_frame)
+            self.blockvisit(node.else_, else_frame)
+            self.leave_frame(else_frame)
+            self.outdent()
+        if self._assign_stack:
+            self._assign_stack[-1].difference_update(loop_frame.symbols.stores)
+
+    # --- expressions --------------------------------------------------------------------------------------
+
+    @optimizeconst
+    def visit_Getattr(self, node: nodes.Getattr, frame: Frame) -> None:
+        if self._loop_counter(node, frame):
+            return
+        attr = node.attr
+        if attr in _DICT_ATTRIBUTES or attr.startswith("_"):
+            super().visit_Getattr(node, frame)
+            return
+        value = self._temp()
+        self.write(f"({value}[{attr!r}] if type({value} := ")
+        self.visit(node.node, frame)
+        self.write(f") is dict and {attr!r} in {value} else _cc_getattr({value}, {attr!r}))")
+
+    def _loop_counter(self, node: nodes.Getattr, frame: Frame) -> bool:
+        """``loop.index0``, ``loop.last``... of a fast loop, from its counters."""
+        target = node.node
+        if not (isinstance(target, nodes.Name) and target.name == "loop" and target.ctx == "load"):
+            return False
+        counters = self._fast_loops.get(frame.symbols.find_ref("loop") or "")
+        if counters is None:
+            return False
+        index, length, items = counters
+        self.write(
+            {
+                "index0": index,
+                "index": f"({index} + 1)",
+                "first": f"({index} == 0)",
+                "last": f"({index} == {length} - 1)",
+                "length": length,
+                "revindex": f"({length} - {index})",
+                "revindex0": f"({length} - {index} - 1)",
+                "previtem": f"({items}[{index} - 1] if {index} else undefined('there is no previous item'))",
+                "nextitem": f"({items}[{index} + 1] if {index} + 1 < {length} else undefined('there is no next item'))",
+            }[node.attr]
+        )
+        return True
+
+    @optimizeconst
+    def visit_Getitem(self, node: nodes.Getitem, frame: Frame) -> None:
+        key = _constant(node.arg, frame)
+        value = self._temp()
+        if isinstance(key, str):
+            self.write(f"({value}[{key!r}] if type({value} := ")
+            self.visit(node.node, frame)
+            self.write(f") is dict and {key!r} in {value} else _cc_getitem({value}, {key!r}))")
+        elif type(key) is int and key in (0, -1):
+            self.write(f"({value}[{key}] if type({value} := ")
+            self.visit(node.node, frame)
+            self.write(f") is list and {value} else _cc_getitem({value}, {key}))")
+        elif key is missing and not isinstance(node.arg, nodes.Slice):
+            # `json_dict[key]`: both evaluated in order, then a dict lookup or the sandbox's getitem
+            index = self._temp()
+            self.write(f"({value}[{index}] if type((({value} := ")
+            self.visit(node.node, frame)
+            self.write(f"), ({index} := ")
+            self.visit(node.arg, frame)
+            self.write(f"))[0]) is dict and {index} in {value} else _cc_getitem({value}, {index}))")
+        else:
+            super().visit_Getitem(node, frame)
+
+    def visit_Call(self, node: nodes.Call, frame: Frame, forward_caller: bool = False) -> None:
+        method = node.node
+        plain = not (forward_caller or node.kwargs or node.dyn_args or node.dyn_kwargs)
+        if plain and isinstance(method, nodes.Getattr):
+            if self._method_call(node, method, frame):
+                return
+            # the sandbox's checked call_method
+            self.write("_cc_method(_v, ")
+            self.visit(method.node, frame)
+            self.write(f", {method.attr!r}, (")
+            for arg in node.args:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+            return
+        direct = self._direct.get(method.name) if isinstance(method, nodes.Name) else None
+        if direct is not None and plain and len(node.args) <= direct[1]:
+            function, count, weight = direct
+            self.write(f"_cc_macro({function}, {weight}")
+            for arg in node.args:
+                self.write(", ")
+                self.visit(arg, frame)
+            self.write(", missing" * (count - len(node.args)) + ")")
+            return
+        # jinja2's sandboxed call, without its `_loop_vars` bookkeeping
+        self.write("_cc_call(_v, ")
+        self.visit(node.node, frame)
+        self.signature(node, frame, {"caller": "caller"} if forward_caller else None)
+        self.write(")")
+
+    def _method_call(self, node: nodes.Call, method: nodes.Getattr, frame: Frame) -> bool:
+        """``s.strip('x')`` on a short str, ``d.get(k)`` on a dict: the method itself, else the checked call."""
+        name = method.attr
+        if name in _STR_METHODS and len(node.args) <= 1:
+            if name in _STRIP_METHODS and node.args and not isinstance(_constant(node.args[0], frame), str):
+                return False
+            guard = f" is str and len({{0}}) <= {_SHORT}"
+        elif name == "replace" and len(node.args) == 2:
+            # a short str, and constant arguments that cannot blow it up (at most 64 characters put in)
+            old, new = (_constant(arg, frame) for arg in node.args)
+            if not (isinstance(old, str) and isinstance(new, str) and len(new) <= 64):
+                return False
+            guard = f" is str and len({{0}}) <= {_SHORT}"
+        elif name in _DICT_METHODS and len(node.args) <= 2:
+            guard = " is dict"
+        else:
+            return False
+        value = self._temp()
+        self.write(f"({value}.{name}(")
+        for arg in node.args:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write(f") if type({value} := ")
+        self.visit(method.node, frame)
+        self.write(f"){guard.format(value)} else _cc_method(_v, {value}, {name!r}, (")
+        for arg in node.args:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write(")))")
+        return True
+
+    @optimizeconst
+    def visit_Filter(self, node: nodes.Filter, frame: Frame) -> None:
+        name = node.name
+        if node.node is None or node.kwargs or node.dyn_args or node.dyn_kwargs:
+            super().visit_Filter(node, frame)
+            return
+        if name == "_cc_counted":  # a loop's items, outside visit_For (a loop it could not take apart)
+            self.write("_cc_counted(")
+            self.visit(node.node, frame)
+            self.write(f", {node.args[0].as_const(frame.eval_ctx)})")
+            return
+        if name == "_cc_spend":
+            self.write(f"_cc_spend({node.args[0].as_const(frame.eval_ctx)})")
+            return
+        if node.args:
+            super().visit_Filter(node, frame)
+            return
+        if name in ("length", "count") and self.environment.filters.get(name) is len:
+            self.write("len(")
+            self.visit(node.node, frame)
+            self.write(")")
+            return
+        function = self.filters.get(name)
+        if name in _TEXT_FILTERS and function is not None:
+            value = self._temp()
+            self.write(f"({value}.{_TEXT_FILTERS[name]}() if type({value} := ")
+            self.visit(node.node, frame)
+            self.write(f") is str and len({value}) <= {_SHORT} else {function}({value}))")
+            return
+        if name == "string" and function is not None:
+            value = self._temp()
+            self.write(f"({value} if type({value} := ")
+            self.visit(node.node, frame)
+            self.write(f") is str else {function}({value}))")
+            return
+        super().visit_Filter(node, frame)
+
+    @contextmanager
+    def _filter_test_common(self, node: nodes.Filter | nodes.Test, frame: Frame, is_filter: bool) -> Iterator[None]:
+        # jinja2's, passing a context made on demand (most filters and tests take none)
+        ident = (self.filters if is_filter else self.tests)[node.name]
+        function = (self.environment.filters if is_filter else self.environment.tests).get(node.name)
+        if function is None and not frame.soft_frame:
+            raise _Unsupported(f"no filter or test named {node.name!r}")  # the generic path reports it
+        self.write(f"{ident}(")
+        pass_arg = _PassArg.from_obj(function) if function is not None else None  # type: ignore[type-var]
+        if pass_arg is _PassArg.context:
+            self.write("_Context(_v), ")
+        elif pass_arg is _PassArg.eval_context:
+            self.write("context.eval_ctx, ")
+        elif pass_arg is _PassArg.environment:
+            self.write("environment, ")
+        yield
+        self.signature(node, frame)
+        self.write(")")
+
+    @optimizeconst
+    def visit_Test(self, node: nodes.Test, frame: Frame) -> None:
+        if node.args or node.kwargs or node.dyn_args or node.dyn_kwargs:
+            super().visit_Test(node, frame)
+            return
+        inline = _INLINE_TESTS.get(node.name)
+        if inline is not None:
+            before, after = inline.split("{}")
+            self.write(before)
+            self.visit(node.node, frame)
+            self.write(after)
+            return
+        plain = _PLAIN_TESTS.get(node.name)
+        function = self.tests.get(node.name)
+        if plain is not None and function is not None:
+            value = self._temp()
+            head, tail = plain.split("{first}")
+            self.write(f"{head}{value} := ")
+            self.visit(node.node, frame)
+            self.write(tail.format(test=function, value=value))
+            return
+        super().visit_Test(node, frame)
+
+    @optimizeconst
+    def visit_Add(self, node: nodes.BinExpr, frame: Frame) -> None:
+        operands = _add_operands(node)
+        strings = [o for o in operands if isinstance(o, nodes.Const) and isinstance(o.value, str)]
+        if not strings:
+            if any(isinstance(o, nodes.Const) and type(o.value) in (int, float) for o in operands):
+                self.write("(")  # a number: Python's + as it is (integers stay small, see limits.mul)
+                for at, operand in enumerate(operands):
+                    self.write(" + " if at else "")
+                    self.visit(operand, frame)
+                self.write(")")
+                return
+            super().visit_Add(node, frame)
+            return
+        # `'<|im_start|>' + role + '\n' + content`: with a str among them, the sum is text if it is
+        # anything, and every operand has a length. Short ones are added by Python directly.
+        codes = []
+        dynamic = []
+        for operand in operands:
+            if operand in strings:
+                codes.append(repr(operand.value))  # type: ignore[attr-defined]
+            else:
+                codes.append(self._temp())
+                dynamic.append((operand, codes[-1]))
+        literal = sum(len(s.value) for s in strings)
+        self.write(f"(({' + '.join(codes)}) if (")
+        for at, (operand, temp) in enumerate(dynamic):
+            self.write(f"{' + ' if at else ''}len({temp} := ")
+            self.visit(operand, frame)
+            self.write(")")
+        if not dynamic:
+            self.write("0")
+        self.write(f") <= {_SHORT_CHAIN - literal} else _cc_cat({', '.join(codes)}))")
+
+    @optimizeconst
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        # `'<' ~ key ~ '>'`: the string forms joined at once, after their lengths are checked to be small
+        codes = []
+        dynamic = []
+        literal = 0
+        for part in node.nodes:
+            value = _constant(part, frame)
+            if isinstance(value, str):
+                codes.append(repr(value))
+                literal += len(value)
+            else:
+                codes.append(self._temp())
+                dynamic.append((part, codes[-1]))
+        self.write("(''.join((" + ", ".join(codes) + ",)) if (")
+        for at, (part, temp) in enumerate(dynamic):
+            self.write(f"{' + ' if at else ''}len({temp} := ")
+            if self._is_text(part, frame):
+                self.visit(part, frame)
+            else:
+                self.write("str(")
+                self.visit(part, frame)
+                self.write(")")
+            self.write(")")
+        if not dynamic:
+            self.write("0")
+        self.write(f") <= {_SHORT_CHAIN - literal} else _cc_concat((" + ", ".join(codes) + ",)))")
+
+    @optimizeconst
+    def visit_Mod(self, node: nodes.BinExpr, frame: Frame) -> None:
+        divisor = _constant(node.right, frame)
+        if type(divisor) is not int or not divisor:
+            super().visit_Mod(node, frame)
+            return
+        # `loop.index0 % 2`: an int's remainder; a string on the left is printf formatting (limits.mod)
+        value = self._temp()
+        self.write(f"({value} % {divisor} if type({value} := ")
+        self.visit(node.left, frame)
+        self.write(f") is int else _cc_mod({value}, {divisor}))")
+
+    @optimizeconst
+    def visit_Compare(self, node: nodes.Compare, frame: Frame) -> None:
+        if len(node.ops) == 1:
+            op = node.ops[0]
+            if op.op in ("in", "notin"):
+                needle = _constant(node.expr, frame)
+                if isinstance(needle, str) and not isinstance(_constant(op.expr, frame), (str, list, tuple, dict)):
+                    # `'</think>' in content`, `'type' in param`: a search in a dict or a short str or list,
+                    # else the paid one
+                    hay = self._temp()
+                    python = "in" if op.op == "in" else "not in"
+                    self.write(f"({needle!r} {python} {hay} if type({hay} := ")
+                    self.visit(op.expr, frame)
+                    self.write(
+                        f") is dict or (type({hay}) in _SEARCHED and len({hay}) <= {_SHORT})"
+                        f" else _cc_{op.op}({needle!r}, {hay}))"
+                    )
+                    return
+            elif self._small(node.expr, frame) or self._small(op.expr, frame):
+                # a number, a bool or a constant on one side: the comparison takes constant time
+                self.write("(")
+                self.visit(node.expr, frame)
+                self.visit(op, frame)
+                self.write(")")
+                return
+        super().visit_Compare(node, frame)
+
+    def _small(self, node: nodes.Node, frame: Frame) -> bool:
+        """Whether ``node`` gives a number, a bool or a constant (if anything): comparing it costs constant time."""
+        if isinstance(node, (nodes.Const, nodes.Compare, nodes.Not, nodes.Test)):
+            return True
+        if isinstance(node, (nodes.Sub, nodes.Div, nodes.FloorDiv, nodes.Neg, nodes.Pos)):
+            return True  # numbers, or an error
+        if isinstance(node, nodes.Add):
+            return any(isinstance(o, nodes.Const) and type(o.value) in (int, float) for o in _add_operands(node))
+        if isinstance(node, nodes.Mod):
+            return self._small(node.left, frame)
+        if isinstance(node, (nodes.And, nodes.Or)):
+            return self._small(node.left, frame) and self._small(node.right, frame)
+        if isinstance(node, nodes.CondExpr):
+            return node.expr2 is not None and self._small(node.expr1, frame) and self._small(node.expr2, frame)
+        if isinstance(node, nodes.Filter):
+            return node.name in ("length", "count", "int", "float", "abs", "round", "wordcount")
+        if isinstance(node, nodes.Getattr) and node.attr not in ("previtem", "nextitem"):
+            target = node.node
+            return (
+                isinstance(target, nodes.Name)
+                and target.name == "loop"
+                and (frame.symbols.find_ref("loop") or "") in self._fast_loops
+            )
+        return False
+
+
+def _add_operands(node: nodes.Node) -> list[nodes.Expr]:
+    """The operands of a chain of ``+``, left to right: ``a + b + c`` is ``((a + b) + c)``."""
+    operands: list[nodes.Expr] = []
+    while isinstance(node, nodes.Add):
+        operands.append(node.right)
+        node = node.left
+    operands.append(node)  # type: ignore[arg-type]
+    operands.reverse()
+    return operands
+
+
+def _constant(node: nodes.Node, frame: Frame) -> Any:
+    """The value of a constant expression, or the ``missing`` marker."""
+    try:
+        return node.as_const(frame.eval_ctx)  # type: ignore[attr-defined]
+    except (nodes.Impossible, AttributeError, Exception):
+        return missing
+
+
+def _counted_parts(iterable: nodes.Expr) -> tuple[nodes.Expr, int]:
+    """A loop's iterable without the sandbox's counting filter, and the weight that filter charges."""
+    if isinstance(iterable, nodes.Filter) and iterable.name == "_cc_counted":
+        return iterable.node, iterable.args[0].value  # type: ignore[return-value, attr-defined]
+    return iterable, 1
+
+
+def _reads_only_counters(body: Iterable[nodes.Node]) -> bool:
+    """Whether a loop body uses ``loop`` only as ``loop.index0``, ``loop.last``... (not passed on, not called)."""
+    parents: dict[int, nodes.Node] = {}
+    for top in body:
+        for parent in [top, *top.find_all(nodes.Node)]:
+            for child in parent.iter_child_nodes():
+                parents[id(child)] = parent
+            if isinstance(parent, (nodes.Macro, nodes.CallBlock)) and "loop" in find_undeclared(
+                parent.iter_child_nodes(), ("loop",)
+            ):
+                return False
+    inner_loops = [n for top in body for n in top.find_all(nodes.For) if "loop" in find_undeclared(n.body, ("loop",))]
+    shadowed = {id(n) for loop in inner_loops for top in loop.body for n in [top, *top.find_all(nodes.Node)]}
+    for top in body:
+        for name in [top, *top.find_all(nodes.Name)]:
+            if not (isinstance(name, nodes.Name) and name.name == "loop") or id(name) in shadowed:
+                continue
+            above = parents.get(id(name))
+            if not (isinstance(above, nodes.Getattr) and above.node is name and above.attr in _LOOP_ATTRIBUTES):
+                return False
+    return True
+
+
+class FastTemplate:
+    """A template compiled by :mod:`chatcodec.compiler`: one function from variables to output parts."""
+
+    __slots__ = ("_lines", "root", "source")
+
+    def __init__(self, root: Any, source: str, debug_info: list[tuple[int, int]]) -> None:
+        self.root = root
+        self.source = source  # the generated Python, for reading
+        self._lines = sorted(debug_info, key=lambda pair: pair[1])
+
+    def get_corresponding_lineno(self, lineno: int) -> int:
+        """The template line of a line of the generated Python (what sandbox._template_line asks)."""
+        for template_line, code_line in reversed(self._lines):
+            if code_line <= lineno:
+                return template_line
+        return 1
+
+    def render(self, variables: Mapping[str, Any], budget: limits.Budget) -> str:
+        parts: list[str] = []
+        budget.output = parts  # measured as it grows, each time the budget reads the clock
+        self.root(variables, parts)
+        size = sum(map(len, parts))
+        if size > budget.limits.max_output:
+            budget.check_size(size, "an output")
+        return "".join(parts)
+
+
+@lru_cache(maxsize=256)
+def fast_template(source: str) -> FastTemplate | None:
+    """``source`` compiled for plain values, or None when it uses what only the generic path handles."""
+    try:
+        tree = environment._parse(source, None, None)
+        generator = _FastGenerator(None)
+        generator.visit(tree)
+        code = generator.finish(generator.stream.getvalue())  # type: ignore[attr-defined]
+        namespace = dict(_RUNTIME)
+        exec(compile(code, "<chatcodec compiled template>", "exec"), namespace)
+    except (_Unsupported, RecursionError):
+        return None
+    except Exception:  # jinja2 refuses it (an unknown filter at compile time...): the generic path reports it
+        return None
+    template = FastTemplate(namespace["root"], code, generator.debug_info)
+    namespace["__jinja_template__"] = template
+    return template
+
+
+def render(
+    compiled: sandbox.Compiled,
+    source: str,
+    variables: Mapping[str, Any],
+    *,
+    name: str | None = None,
+    budget: limits.Budget,
+) -> str:
+    """Render ``source`` with its compiled form when it has one, else (or on any error) as sandbox.run does."""
+    if budget.spans is None:
+        fast = fast_template(source)
+        if fast is not None:
+            token = limits.activate(budget)
+            try:
+                return fast.render(variables, budget)
+            except LimitError as exc:
+                if exc.lineno is None:
+                    exc.template_name, exc.lineno = name, sandbox._template_line(exc)
+                raise
+            except (RecursionError, MemoryError) as exc:
+                raise sandbox._translate(exc, name) from exc
+            except (ChatcodecError, Exception):
+                pass  # the generic path renders it again and raises jinja2's own error, at the same budget
+            finally:
+                limits.deactivate(token)
+    return sandbox.run(compiled, variables, name=name, budget=budget)
