@@ -106,6 +106,11 @@ CONSTRUCTS = {
     "loop else and break": "{% for x in [] %}{{ x }}{% else %}empty{% endfor %}"
     "{% for x in xs %}{% if x == 'b' %}{% break %}{% endif %}{{ x }}{% endfor %}",
     "loop object passed on": "{% for x in xs %}{{ loop.cycle('odd', 'even') }}{{ loop }}{% endfor %}",
+    "a counted loop, then one that needs its loop object": "{% for x in xs %}{{ loop.index }}{% endfor %}"
+    "{% for x in xs %}{{ loop.first }}{{ loop.cycle('a', 'b') }}{% endfor %}"
+    "{% for x in xs %}{{ loop.last }}{% endfor %}",
+    "loop object in a call block": "{% macro m() %}{{ caller() }}{% endmacro %}{% for x in xs %}{% if not loop.first %}"
+    "{% call m() %}{{ loop.index }}{% endcall %}{% endif %}{% endfor %}",
     "nested loops": "{% for x in xs %}{% for y in xs %}{{ loop.index }}{% endfor %}{{ loop.index }}{% endfor %}",
     "scoping": "{% set a = 1 %}{% for x in xs %}{{ a }}{% set a = 2 %}{{ a }}{% endfor %}{{ a }}"
     "{% for x in xs %}{% if loop.first %}{% set b = 3 %}{% endif %}{{ b }}{% endfor %}",

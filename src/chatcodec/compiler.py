@@ -467,6 +467,8 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.write(f" in enumerate({counted}):")
             self._fast_loops[loop_ref] = (index, length, items)
         else:
+            if loop_ref is not None:  # an earlier loop at the same depth had the same name for `loop`
+                self._fast_loops.pop(loop_ref, None)
             self.writeline(f"{items} = ", node)
             if loop_filter is not None:
                 self.write(f"{loop_filter}(")
@@ -489,6 +491,8 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.writeline(f"{indicator} = 0")
         self.outdent()
         self.leave_frame(loop_frame)
+        if loop_ref is not None:
+            self._fast_loops.pop(loop_ref, None)  # `loop` after the loop is not this one's
 
         if node.else_:
             self.writeline(f"if {indicator}:")
@@ -934,7 +938,9 @@ def render(
 ) -> str:
     """Render ``source`` with its compiled form when it has one, else (or on any error) as sandbox.run does."""
     if budget.spans is None:
-        fast = fast_template(source)
+        fast: FastTemplate | None = compiled.fast
+        if fast is sandbox.NOT_COMPILED:
+            fast = compiled.fast = fast_template(source)
         if fast is not None:
             token = limits.activate(budget)
             try:

@@ -267,7 +267,7 @@ class ChatTemplate:
                     track_generation=track_generation,
                 )  # fmt: skip
             else:
-                budget = Budget(self.limits, now=now, track_generation=track_generation)
+                budget = Budget(self.limits, now, track_generation)
                 text = (_COMPILER or _load_compiler()).render(
                     compiled, self._sources[key], variables, name=self._label(key), budget=budget
                 )

@@ -714,17 +714,25 @@ def _spend(_context: Any, _value: Any, steps: int) -> str:
     return ""
 
 
+#: what Compiled.fast holds before the compiler has looked at the template
+NOT_COMPILED: Any = object()
+
 #: The one environment. Its globals are fixed and templates cannot change them, so sharing it is safe.
 environment = ChatSandbox()
 
 
 class Compiled:
-    """A compiled template and what every render of it needs, computed once."""
+    """A compiled template and what every render of it needs, computed once.
 
-    __slots__ = ("globals", "template")
+    ``fast`` is the compiled form :mod:`chatcodec.compiler` makes of it on the first render (None
+    when it has none), kept here so that a render finds it without a lookup.
+    """
+
+    __slots__ = ("fast", "globals", "template")
 
     def __init__(self, template: jinja2.Template) -> None:
         self.template = template
+        self.fast: Any = NOT_COMPILED
         # jinja2 keeps globals in a ChainMap and copies it on every render; ours never change, so flatten once
         self.globals = dict(template.globals)
 
