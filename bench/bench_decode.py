@@ -165,7 +165,9 @@ SWEEP_CHUNK = 64
 
 
 def _cpu(fmt: str, text: str, chunk: int | None) -> float:
-    stream = decoder(fmt).stream()
+    from tests.decoders.adversarial import make
+
+    stream = make(fmt).stream()
     start = time.process_time()
     if chunk is None:
         stream.feed(text)
@@ -191,13 +193,11 @@ def _best_cpu(fmt: str, text: str, chunk: int | None, budget: float = 0.2) -> fl
 def sweep(only: list[str] | None = None) -> float:
     """Every adversarial text at 20 KB and 200 KB: the worst 200 KB / 20 KB CPU-time ratio."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.decoders.adversarial import texts
-
-    from chatcodec.decoders import formats
+    from tests.decoders.adversarial import all_formats, texts
 
     small_size, big_size = SWEEP_SIZES
     worst, where, count = 0.0, "", 0
-    for fmt in only or formats():
+    for fmt in only or all_formats():
         start = time.perf_counter()
         fmt_worst = 0.0
         bigs = {(marker, shape, kind): text for marker, shape, kind, text in texts(fmt, big_size)}

@@ -25,6 +25,7 @@ from .decoders import decoder_for as decoder_for
 from .decoders import detect_format as detect_format
 from .exceptions import ChatcodecError as ChatcodecError
 from .exceptions import DecodeError as DecodeError
+from .exceptions import DecodeWarning as DecodeWarning
 from .exceptions import InputError as InputError
 from .exceptions import LimitError as LimitError
 from .exceptions import LoadError as LoadError
@@ -79,6 +80,7 @@ __all__ = [
     "Codec",
     "DecodeError",
     "DecodeStream",
+    "DecodeWarning",
     "Decoder",
     "Delta",
     "Encoding",

@@ -19,6 +19,9 @@ One base class, so callers can catch everything chatcodec reports with one ``exc
 
 ``InputError``, ``SchemaError``, ``LoadError`` and ``DecodeError`` also derive from ``ValueError``,
 so code written against transformers' ``ValueError`` keeps working.
+
+One warning, :class:`DecodeWarning` (a ``UserWarning``): a decoder for a template that renders tools
+found no tool-call format in it, so tool calls in the output would stay text.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 __all__ = [
     "ChatcodecError",
     "DecodeError",
+    "DecodeWarning",
     "InputError",
     "LimitError",
     "LoadError",
@@ -137,3 +141,8 @@ class DecodeError(ChatcodecError, ValueError):
 
     Model output itself never raises: decoders fall back to content instead.
     """
+
+
+class DecodeWarning(UserWarning):
+    """A decoder falls back to plain content for a template that renders tools: no tool-call format
+    was found in the template, so tool calls in the model's output would stay text."""

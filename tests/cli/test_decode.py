@@ -72,3 +72,14 @@ def test_mistakes_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> Non
 def test_broken_calls_are_reported_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     run(["--format", "hermes"], '<tool_call>{"name": "f", "arguments": {"x"')
     assert "warning: tool call 0 (f)" in capsys.readouterr().err
+
+
+def test_a_fallback_to_content_is_a_warning_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    template = tmp_path / "tools_only.jinja"
+    template.write_text(
+        "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
+    message = json.loads(run(["--template", str(template)], '<call>{"name": "f"}</call>'))
+    assert message["content"] == '<call>{"name": "f"}</call>'
+    err = capsys.readouterr().err
+    assert err.startswith("chatcodec: warning: No tool-call format found for template") and err.count("\n") == 1

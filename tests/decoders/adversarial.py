@@ -15,9 +15,17 @@ flood lands in the deepest states) followed by one marker in one *shape*:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
 
-from chatcodec.decoders import formats
-from chatcodec.decoders.registry import get_format
+from chatcodec import load_template
+from chatcodec.decoders import Decoder, detect, formats
+from chatcodec.decoders.format import Format
+from chatcodec.decoders.learn import VALUE_A
+from chatcodec.decoders.registry import get_format, make_decoder
+
+#: templates whose tool-call syntax no catalog format reads: their learned formats are swept too
+NOVEL = Path(__file__).parent / "data" / "templates"
 
 _JSON_ARGS = '{"name": "f", "arguments": {"a": '
 _LIST_ARGS = "[" + _JSON_ARGS
@@ -82,16 +90,48 @@ SHAPES: dict[str, Callable[[str, int], str]] = {
 }
 
 
+@cache
+def learned() -> dict[str, tuple[Format, str]]:
+    """``learned:NAME`` -> (the format learned from ``data/templates/NAME.jinja``, its call prefix)."""
+    found = {}
+    for path in sorted(NOVEL.glob("*.jinja")):
+        detection = detect(load_template(path))
+        if detection.learned is not None:
+            rendered = detection.rendered
+            at = rendered.find(VALUE_A)
+            if at < 0:  # learned from instructions: the call they show, opened
+                rendered, at = detection.learned.syntax[0] + '{"name": "f", "arguments": {"a": ', -1
+            found[f"learned:{path.stem}"] = (detection.learned, rendered[:at] if at >= 0 else rendered)
+    return found
+
+
+def all_formats() -> list[str]:
+    """Every catalog format, then every learned one."""
+    return [*formats(), *learned()]
+
+
+def make(label: str) -> Decoder:
+    """The decoder for a catalog format name or a ``learned:NAME`` label."""
+    if label in learned():
+        return make_decoder(learned()[label][0])
+    return make_decoder(get_format(label))
+
+
+def call_prefix(label: str) -> str:
+    return learned()[label][1] if label in learned() else CALL_PREFIXES[label]
+
+
 def all_markers() -> list[str]:
-    """Every literal marker of every catalog format (tool-call syntax and reasoning tags)."""
-    return sorted({m for name in formats() for m in get_format(name).markers})
+    """Every literal marker of every format, catalog and learned (tool-call syntax and reasoning tags)."""
+    found = {m for name in formats() for m in get_format(name).markers}
+    return sorted(found | {m for fmt, _ in learned().values() for m in fmt.markers})
 
 
 def texts(fmt: str, size: int) -> Iterator[tuple[str, str, str, str]]:
     """``(marker, shape, prefix kind, text)`` for every marker and shape, each text ``size`` long."""
     for marker in all_markers():
-        for shape, make in SHAPES.items():
-            for kind, prefix in (("bare", ""), ("in-call", CALL_PREFIXES[fmt])):
+        for shape, make_text in SHAPES.items():
+            for kind, prefix in (("bare", ""), ("in-call", call_prefix(fmt))):
                 if kind == "in-call" and not prefix:
                     continue
-                yield marker, shape, kind, (prefix + make(marker, size))[:size]
+                yield marker, shape, kind, (prefix + make_text(marker, size))[:size]

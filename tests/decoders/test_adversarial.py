@@ -20,7 +20,7 @@ from chatcodec import load_template
 from chatcodec.decoders import decoder, decoder_for, detect, detect_format, formats
 from chatcodec.exceptions import ChatcodecError
 
-from .adversarial import CALL_PREFIXES, SHAPES, all_markers, texts
+from .adversarial import CALL_PREFIXES, SHAPES, all_formats, all_markers, call_prefix, learned, make, texts
 from .helpers import as_streamed, rebuild
 
 SWEEP_SIZE = 1000
@@ -28,7 +28,7 @@ DEEP_SIZE = 200_000
 
 
 def check(fmt: str, text: str, seed: int) -> None:
-    d = decoder(fmt)
+    d = make(fmt)
     stream = d.stream(trace=True)
     stream.feed(text)
     stream.finish()
@@ -45,9 +45,10 @@ def check(fmt: str, text: str, seed: int) -> None:
 def test_every_format_has_a_call_prefix() -> None:
     assert set(CALL_PREFIXES) == set(formats())
     assert len(all_markers()) > 100
+    assert len(learned()) >= 8 and all(call_prefix(label) for label in learned())
 
 
-@pytest.mark.parametrize("fmt", formats())
+@pytest.mark.parametrize("fmt", all_formats())
 def test_every_marker_repeated_and_nested(fmt: str) -> None:
     for seed, (marker, shape, kind, text) in enumerate(texts(fmt, SWEEP_SIZE)):
         try:
@@ -56,13 +57,13 @@ def test_every_marker_repeated_and_nested(fmt: str) -> None:
             raise AssertionError(f"{fmt}: marker {marker!r}, {shape}, {kind}") from error
 
 
-@pytest.mark.parametrize("fmt", formats())
+@pytest.mark.parametrize("fmt", all_formats())
 def test_deep_nesting(fmt: str) -> None:
     """200 KB of brackets after the format's own call: no recursion anywhere, nothing lost."""
     deep = SHAPES["deep"]
-    for prefix in {"", CALL_PREFIXES[fmt]}:
+    for prefix in {"", call_prefix(fmt)}:
         text = (prefix + deep("", DEEP_SIZE))[:DEEP_SIZE]
-        stream = decoder(fmt).stream(trace=True)
+        stream = make(fmt).stream(trace=True)
         stream.feed(text)
         stream.finish()
         assert sum(len(span.text) for span in stream.trace) == len(text)

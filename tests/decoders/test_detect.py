@@ -10,6 +10,7 @@ that no rendering really shows a call, and that detection fell back to the templ
 from __future__ import annotations
 
 import json
+import warnings
 from datetime import datetime
 from typing import Any
 
@@ -21,29 +22,32 @@ from chatcodec.decoders.catalog import DETECTION_ORDER
 from chatcodec.decoders.detect import decoder_for, detect, detect_format
 from chatcodec.decoders.prompt import prompt_state
 from chatcodec.decoders.registry import get_format
-from chatcodec.exceptions import ChatcodecError
+from chatcodec.exceptions import ChatcodecError, DecodeWarning
 
 from ..conftest import CORPUS, conversations, manifest, require_shared, template_source
 
 NOW = datetime(2026, 11, 29, 12, 0, 0)
 CALL_CONVERSATIONS = ("tools_single_call", "tools_null_content_string_args", "tools_roundtrip_short_ids")
 
-#: templates with no rendering of a tool-call turn, and what their source says instead
-NO_RENDERED_CALLS: dict[str, tuple[str, str]] = {
+#: templates with no rendering of a tool-call turn, what their instructions or source say instead, and why
+NO_RENDERED_CALLS: dict[str, tuple[str, str, str]] = {
     "Kimi-K2-Instruct": (
         "kimi_k2",
+        "source",
         "the template calls list.append, which the sandbox refuses (so does "
         "transformers'); its source writes <|tool_calls_section_begin|> sections",
     ),
-    "Kimi-K2-Thinking": ("kimi_k2", "as Kimi-K2-Instruct"),
+    "Kimi-K2-Thinking": ("kimi_k2", "source", "as Kimi-K2-Instruct"),
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": (
         "deepseek_r1",
+        "source",
         "renders calls only when content is None, a key transformers drops; its source writes "
         "V3-style fenced calls and handles </think>",
     ),
     "ibm-granite-granite-3.3-2B-Instruct": (
         "granite",
-        "ignores assistant tool_calls; its source documents <|tool_call|>",
+        "instructions",
+        "ignores assistant tool_calls; its tool instructions ask for <|tool_call|> and a JSON list",
     ),
 }
 
@@ -130,19 +134,19 @@ def decodes(fmt_decoder: Any, text: str, calls: list[dict[str, Any]]) -> bool:
 def test_detected_decoder_reads_the_templates_own_calls(name: str) -> None:
     template = load(name)
     found = detect(template)
-    assert found.format in formats()
+    assert found.format in formats() or found.how == "learned"
     turns = tool_turns(template)
     showing = [(text, calls) for text, calls in turns if calls[0]["name"] in text]
     if name in NO_RENDERED_CALLS:
-        expected, _reason = NO_RENDERED_CALLS[name]
-        assert found.how == "source" and found.format == expected
+        expected, evidence, _reason = NO_RENDERED_CALLS[name]
+        assert (found.how, found.evidence, found.format) == ("catalog", evidence, expected)
         assert not showing, "this template does render a call now: remove it from NO_RENDERED_CALLS"
         return
-    if found.how == "none":
+    if found.how == "fallback":
         # No tool-call syntax anywhere: its renderings must not show the calls either.
         assert found.format == "content" and not showing
         return
-    assert found.how == "rendered"
+    assert found.evidence == "rendered"
     d = decoder_for(template, thinking_forced_open=False)
     assert any(decodes(d, text, calls) for text, calls in showing), [t for t, _ in showing]
 
@@ -214,5 +218,24 @@ def test_builtin_templates_detect() -> None:
     for name in builtin_templates():
         found = detect(load_template(name))
         assert found.format in formats(), name
-        if found.how == "rendered":
+        if found.evidence == "rendered":
             assert decoder(found.format).decode(found.rendered).tool_calls, name
+
+
+TOOLS_ONLY = "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
+
+
+def test_decoder_for_warns_when_a_template_that_renders_tools_falls_back() -> None:
+    """No call syntax, no instructions, no markers: output is content, and the caller is told so."""
+    template = ChatTemplate(TOOLS_ONLY, name="tools-only")
+    with pytest.warns(DecodeWarning, match="No tool-call format found for template 'tools-only', which renders tools"):
+        d = decoder_for(template)
+    assert d.format.name == "content" and (detect(template).how, detect(template).evidence) == ("fallback", "none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert decoder_for("chatml").format.name == "content"  # renders no tools: nothing to warn about
+
+
+def test_detection_reports_how_and_evidence() -> None:
+    assert (detect("qwen3").how, detect("qwen3").evidence) == ("catalog", "rendered")
+    assert "<tool_call>" in detect("qwen3").rendered

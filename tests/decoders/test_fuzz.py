@@ -24,8 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatcodec.decoders import decoder, formats
-from chatcodec.decoders.registry import get_format
+from chatcodec.decoders.format import Format
+from chatcodec.decoders.registry import get_format, make_decoder
 
+from .adversarial import learned
 from .helpers import VECTORS, as_streamed, need_vectors, rebuild, vector_options, vector_params
 
 FORMATS = formats()
@@ -42,8 +44,12 @@ FUZZ = settings(
 )
 
 
+def _format(fmt: str) -> Format:
+    return learned()[fmt][0] if fmt in learned() else get_format(fmt)
+
+
 def check_lossless(fmt: str, text: str, options: dict[str, Any], seed: int) -> None:
-    d = decoder(fmt, **options)
+    d = make_decoder(_format(fmt), **options)
     stream = d.stream(trace=True)
     stream.feed(text)
     stream.finish()
@@ -61,7 +67,7 @@ def check_lossless(fmt: str, text: str, options: dict[str, Any], seed: int) -> N
     for call in message.tool_calls:
         json.loads(call.arguments_json)  # the arguments contract: every valid call's arguments are JSON
     if fmt not in HEADER_MARKUP:
-        markers = sorted(get_format(fmt).markers, key=len, reverse=True)
+        markers = sorted(_format(fmt).markers, key=len, reverse=True)
         for span in trace:
             if span.kind == "markup":
                 residue = span.text
@@ -82,7 +88,7 @@ def check_lossless(fmt: str, text: str, options: dict[str, Any], seed: int) -> N
 
 def pieces(fmt: str) -> st.SearchStrategy[str]:
     """Text biased towards what breaks parsers: the format's markers, cut or whole, and JSON bits."""
-    markers = list(get_format(fmt).markers) or ["<tool_call>"]
+    markers = list(_format(fmt).markers) or ["<tool_call>"]
     json_bits = [
         '{"name": "f", "arguments": {',
         '"',
@@ -120,7 +126,7 @@ def options() -> st.SearchStrategy[dict[str, Any]]:
 @FUZZ
 @given(st.data())
 def test_random_text(data: st.DataObject) -> None:
-    fmt = data.draw(st.sampled_from(FORMATS), label="format")
+    fmt = data.draw(st.sampled_from([*FORMATS, *learned()]), label="format")
     text = "".join(data.draw(st.lists(pieces(fmt), max_size=40), label="pieces"))
     check_lossless(fmt, text, data.draw(options(), label="options"), data.draw(st.integers(0, 2**16)))
 

@@ -66,7 +66,7 @@ def test_a_template_that_moves_its_ending_is_named() -> None:
 def test_report_facts_for_qwen3() -> None:
     report = chatcodec.inspect("qwen3")
     assert isinstance(report, Report)
-    assert report.output_format == "hermes" and report.format_how == "rendered"
+    assert report.output_format == "hermes" and report.format_how == "catalog"
     assert "<tool_call>" in report.tool_call_text
     assert report.stop_markers == ("<|im_end|>",)
     assert report.special_tokens == {"eos_token": "<|im_end|>"}

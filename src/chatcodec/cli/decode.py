@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import IO, Any
 
 from ..decoders import AssistantMessage, Decoder, decoder, decoder_for
 from ..decoders.registry import REASONING_FORMATS, formats, get_format
-from ..exceptions import DecodeError
+from ..exceptions import DecodeError, DecodeWarning
 from . import common
 
 __all__ = ["configure", "run", "show_message"]
@@ -107,7 +108,13 @@ def _decoder(args: argparse.Namespace) -> Decoder:
             raise DecodeError("--var and --vars are the template's variables: they need --template, not --format.")
         return decoder(args.format, **options)
     if args.template or args.tokenizer:
-        return decoder_for(common.template_from(args), chat_template_kwargs=variables or None, **options)
+        template = common.template_from(args)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DecodeWarning)
+            chosen = decoder_for(template, chat_template_kwargs=variables or None, **options)
+        for warning in caught:
+            print(f"chatcodec: warning: {warning.message}", file=sys.stderr)
+        return chosen
     raise DecodeError("Say which format to decode: --format NAME, or --template NAME|PATH to detect it.")
 
 

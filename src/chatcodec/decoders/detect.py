@@ -1,33 +1,42 @@
 """Choose a chat template's output decoder by rendering probe conversations.
 
-The template is asked to render an assistant turn with one tool call, and the same turn without
-it; the text the call adds is what a model trained on the template writes. That text is decoded
-with every format. The formats that give back the call compete on how much of the text they
-explain as tool-call syntax (the rest would be left in content), then on the model id, then on a
-fixed preference order, and a few rules pick the exact variant inside a family (``[CALL_ID]`` means
-Mistral v13, ``function<｜tool▁sep｜>`` DeepSeek V3, an id on the ``<tool_call>`` line the
-ID-prefixed Hermes style).
+1. **Catalog.** The template is asked to render an assistant turn with one tool call, and the same
+   turn without it; the text the call adds is what a model trained on the template writes. That text
+   is decoded with every format. The formats that give back the call compete on how much of the text
+   they explain as tool-call syntax (the rest would be left in content), then on the model id, then
+   on :attr:`~.format.Format.rank`, and a few rules pick the exact variant inside a family
+   (``[CALL_ID]`` means Mistral v13, ``function<｜tool▁sep｜>`` DeepSeek V3, an id on the
+   ``<tool_call>`` line the ID-prefixed Hermes style). The winner must also read back the learner's
+   probes (two calls, two arguments, another name, no arguments) without leaving syntax in content.
+2. **Learned.** When no catalog format does, :mod:`.learn` builds one from those probe renders.
+3. **Instructions.** A template that never renders past calls may say in its tool instructions how to
+   call: an example call between tags (learned, or a catalog format that reads it), or a catalog
+   format's markers.
+4. **Source.** Failing all that, the markers in the template source decide, as llama.cpp's legacy
+   detection did; and failing that the format is ``content`` (a ``fallback``, about which
+   :func:`decoder_for` warns when the template renders tools).
 
-When no rendering shows a call (the template raises, or ignores ``tool_calls``), the markers in the
-template source decide, as llama.cpp's legacy detection did; failing that the format is ``content``.
-
-:func:`decoder_for` also renders the generation prompt: if it ends inside an open think block the
-decoder starts in reasoning, if it closed the block (thinking off) it starts in content.
+:func:`decoder_for` also takes the generation prompt's think state (from the template's
+capabilities): if it ends inside an open think block the decoder starts in reasoning, if it closed
+the block (thinking off) it starts in content.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..exceptions import ChatcodecError, DecodeError
+from ..exceptions import ChatcodecError, DecodeError, DecodeWarning
 from ..polyfills import Polyfill, select
 from ..render import ChatTemplate
 from .catalog import CATALOG
-from .format import Decoder
+from .format import Decoder, Format
+from .learn import LEARN_TOOLS, from_instructions, learn, probe_windows, reads_back
+from .machine import ThinkSpec
 from .prompt import PROBE_NOW, PROBE_USER, as_template, template_think_state
 from .registry import decoder, get_format, make_decoder
 
@@ -67,18 +76,32 @@ _WEAK_MARKERS = frozenset({
 })  # fmt: skip
 
 
+How = Literal["catalog", "learned", "fallback"]
+Evidence = Literal["rendered", "instructions", "source", "none"]
+
+
 @dataclass(frozen=True, slots=True)
 class Detection:
-    """What :func:`detect` found.
+    """What :func:`detect` found, and how.
 
-    ``how`` is ``"rendered"`` (a probe render showed the call and the format decoded it back),
-    ``"source"`` (no render showed a call; the template source's markers decided) or ``"none"`` (no
-    tool-call syntax at all: ``content``). ``rendered`` is the text the template wrote for the call.
+    ``how``: ``"catalog"`` (a known format), ``"learned"`` (no known format read the template's calls
+    back, so one was learned from its renders: :attr:`learned`) or ``"fallback"`` (no tool-call syntax
+    found: ``content``). ``evidence``: what decided: ``"rendered"`` (the template's rendering of a
+    call), ``"instructions"`` (its tool instructions, for templates that never render past calls),
+    ``"source"`` (markers in the template source) or ``"none"``. ``rendered`` is the text that decided
+    (the rendered call, or the instructions).
     """
 
     format: str
-    how: Literal["rendered", "source", "none"]
+    how: How
+    evidence: Evidence = "none"
     rendered: str = ""
+    learned: Format | None = None
+
+    @property
+    def output_format(self) -> Format:
+        """The :class:`~chatcodec.decoders.format.Format` to decode with (learned or from the catalog)."""
+        return self.learned if self.learned is not None else get_format(self.format)
 
 
 _CACHE: weakref.WeakKeyDictionary[ChatTemplate, Detection] = weakref.WeakKeyDictionary()
@@ -116,19 +139,86 @@ def detect(template: ChatTemplate | str) -> Detection:
 
 def _detect(template: ChatTemplate) -> Detection:
     source = "\n".join(template.sources.values())
+    think = _think_spec(template)
+    probes = probe_windows(
+        lambda messages, **kw: _render(template, messages, tools=LEARN_TOOLS, **kw),
+        _USER,
+        end_markers(template),
+    )
+    fallback: Detection | None = None
     for window in _call_windows(template):
         best = _best_decoder(window)
-        if best is not None:
-            return Detection(_refine(best, window, source), "rendered", window)
+        if best is None:
+            continue
+        found = Detection(_refine(best, window, source), "catalog", "rendered", window)
+        if not probes or reads_back(get_format(found.format), probes):
+            return found
+        fallback = fallback or found
+    learned = learn(probes, think)
+    if learned is not None:
+        return Detection("learned", "learned", "rendered", learned.evidence, learned.format)
+    if fallback is not None:
+        return fallback
+    instructions = _instructions(template)
+    if instructions:
+        found_there = _from_instructions(instructions, think)
+        if found_there is not None:
+            return found_there
     by_source = _from_source(source)
     if by_source is not None:
-        return Detection(_refine(by_source, source, source), "source")
-    return Detection("content", "none")
+        return Detection(_refine(by_source, source, source), "catalog", "source")
+    return Detection("content", "fallback", "none")
+
+
+def end_markers(template: ChatTemplate) -> tuple[str, ...]:
+    """What a template writes after an assistant turn: its stop markers, and its end-of-sequence token."""
+    eos = template.special_tokens.get("eos_token")
+    found = (*template.capabilities.stop_markers, *([eos] if isinstance(eos, str) and eos else []))
+    return tuple(dict.fromkeys(found))
+
+
+def _think_spec(template: ChatTemplate) -> ThinkSpec:
+    """The template's own think tags (for a learned format), or ``<think>``."""
+    tags = template.capabilities.think_tags
+    return ThinkSpec((tags[0],), (tags[1],)) if tags else ThinkSpec(("<think>",), ("</think>",))
+
+
+def _instructions(template: ChatTemplate) -> str:
+    """The text the template adds to a prompt for the tools: their definitions and its instructions.
+
+    Tools are passed as ``tools`` and, for templates that read them under another name (SmolLM3's
+    ``xml_tools``), under every template variable whose name ends in ``tools``.
+    """
+    names = [v for v in template.capabilities.variables if v.endswith("tools") and v != "tools"]
+    extra: dict[str, Any] = {name: LEARN_TOOLS for name in names}
+    try:
+        with_tools = template.render([_USER], tools=LEARN_TOOLS, add_generation_prompt=True, now=_NOW, **extra)
+        without = template.render([_USER], add_generation_prompt=True, now=_NOW)
+    except ChatcodecError:
+        return ""
+    return with_tools if with_tools != without else ""
+
+
+def _from_instructions(text: str, think: ThinkSpec) -> Detection | None:
+    """The format the tool instructions describe: by a call example, else by the markers they name."""
+    learned = from_instructions(text, think)
+    if learned is not None:
+        example = f'{learned.format.syntax[0]}{{"name": "{PROBE_NAME}", "arguments": {json.dumps(PROBE_ARGS)}}}'
+        example += learned.format.syntax[1] if len(learned.format.syntax) > 1 else ""
+        best = _best_decoder(example)
+        if best is not None and not (decoder(best).decode(example).content or "").strip():
+            return Detection(best, "catalog", "instructions", learned.evidence)
+        return Detection("learned", "learned", "instructions", learned.evidence, learned.format)
+    by_markers = _from_source(text)
+    if by_markers is not None:
+        return Detection(by_markers, "catalog", "instructions", text)
+    return None
 
 
 def _render(template: ChatTemplate, messages: list[dict[str, Any]], **kwargs: Any) -> str | None:
+    kwargs.setdefault("tools", PROBE_TOOLS)
     try:
-        return template.render(messages, tools=PROBE_TOOLS, now=_NOW, **kwargs)
+        return template.render(messages, now=_NOW, **kwargs)
     except ChatcodecError:
         return None
 
@@ -231,7 +321,17 @@ def decoder_for(
     'f'
     """
     chat = as_template(template)
-    fmt = get_format(detect(chat).format)
+    found = detect(chat)
+    fmt = found.output_format
+    if found.how == "fallback" and chat.capabilities.tools:
+        warnings.warn(
+            f"No tool-call format found for template {chat.name or 'unnamed'!r}, which renders tools: its"
+            " output is decoded as plain content, and any tool calls in it stay text. Render with"
+            ' polyfill="auto" (and decode with decoder_for(template, polyfill="auto")), or name the format'
+            " with decoder(FORMAT).",
+            DecodeWarning,
+            stacklevel=2,
+        )
     if polyfill and "tools_in_system" in select(polyfill, lambda: chat.capabilities):
         fmt = get_format("generic")
     if prompt is not None and not isinstance(prompt, str):

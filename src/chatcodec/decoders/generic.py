@@ -13,8 +13,7 @@ from __future__ import annotations
 from .base import Sink
 from .jsonstream import CallKeys, CallList, CallObject, JsonString, JsonValue
 from .machine import MachineBase, MarkerSet, Options, ThinkSpec, skip_space
-from .tagged_json import valid_name
-from .values import ArgsWriter
+from .values import ArgsWriter, valid_name
 
 
 class GenericMachine(MachineBase):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .base import Sink
 from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
-from .tagged_json import valid_name
+from .values import valid_name
 
 START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
 ENDS = ("<|end|>", "<|call|>", "<|return|>")

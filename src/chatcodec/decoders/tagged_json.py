@@ -21,7 +21,7 @@ from .base import Sink, parse_arguments
 from .jsonstream import CallKeys, CallList, CallObject, HeaderParser, NamedCall
 from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .pythonic import PyCallList
-from .values import ArgsWriter
+from .values import ArgsWriter, valid_name
 
 BlockKind = Literal["object", "list", "any_list", "auto", "named", "section", "mistral", "python_tag"]
 
@@ -57,11 +57,6 @@ class JsonSpec:
     give_up_after_non_call: bool = False
     #: Qwen-Agent: ``<code>...</code>`` after the call object fills ``arguments.code``
     code_block: bool = False
-
-
-def valid_name(name: str) -> bool:
-    """A plausible tool name: non-empty, no whitespace, no markup or quote characters."""
-    return 0 < len(name) <= 256 and not any(c.isspace() or c in "<>{}[]\"'`" for c in name)
 
 
 class JsonMachine(MachineBase):

@@ -23,6 +23,11 @@ PARSED_TYPES = frozenset({"integer", "number", "float", "boolean", "object", "ar
 _PY_LITERALS = {"None": "null", "True": "true", "False": "false"}
 
 
+def valid_name(name: str) -> bool:
+    """A plausible tool name: non-empty, no whitespace, no markup or quote characters."""
+    return 0 < len(name) <= 256 and not any(c.isspace() or c in "<>{}[]\"'`" for c in name)
+
+
 def schema_types(schema: Any) -> list[str]:
     """The JSON-schema types a parameter schema allows, in order (``anyOf``/``oneOf``/type lists).
 

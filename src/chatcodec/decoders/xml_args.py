@@ -46,6 +46,8 @@ class XmlSpec:
     #: Qwen3-Coder models sometimes drop the ``<tool_call>`` opener
     bare_call: bool = False
     many_calls: bool = False
+    #: a learned format: the name is the text from ``call_open`` up to this marker
+    name_close: str | None = None
 
 
 def parse_attrs(text: str) -> dict[str, str]:
@@ -251,14 +253,32 @@ class XmlMachine(KeyedArgsMachine):
             return ""
         return None
 
+    def _read_name(self, final: bool) -> str | None:
+        """Up to ``name_close`` (consumed): the text; None while incomplete; "" if it is not a name."""
+        assert self.spec.name_close is not None
+        buf, pos = self.buf, self.pos
+        limit = pos + TAG_LIMIT - sum(map(len, self._text))
+        i, marker = markers(self.spec.name_close).find(buf, pos, final, limit + 1)
+        self._text.append(buf[pos:i])
+        self.hold(i)
+        if marker is not None:
+            self.hold(i + len(marker))
+            return "".join(self._text)
+        return "" if final or i > limit else None
+
     def s_tag_name(self, final: bool) -> bool:
         """``<function=NAME>`` or ``<invoke name="NAME">``: the name; the call is not announced yet."""
         pos = self.pos
-        tag = self._read_tag(final)
-        if tag is None:
-            return self.pos > pos
-        assert self.spec.call_open is not None
-        name = tag.strip() if self.spec.call_open.endswith("=") else parse_attrs(tag).get("name", "")
+        if self.spec.name_close is not None:
+            name = self._read_name(final)
+            if name is None:
+                return self.pos > pos
+        else:
+            tag = self._read_tag(final)
+            if tag is None:
+                return self.pos > pos
+            assert self.spec.call_open is not None
+            name = tag.strip() if self.spec.call_open.endswith("=") else parse_attrs(tag).get("name", "")
         name = name.strip().strip("\"'")
         if not name or any(c.isspace() for c in name):
             self._give_up()

@@ -1,0 +1,198 @@
+"""Round trip on every template: what a template writes for tool calls, ``decoder_for(template)`` reads back.
+
+For each template (the corpus, the built-ins, and the templates of ``data/templates/`` whose tool-call
+syntax no catalog format knows), a user turn is rendered with the generation prompt, then the same
+conversation with one tool call and with two parallel calls. What the call turn adds after the
+generation prompt is the model's continuation; it must decode to exactly those calls.
+
+Where the history turn does not extend the generation prompt (the prompt opens a think block that
+history drops, as QwQ does), the continuation is the history turn from where the two part, after a
+short reasoning closed with the format's end tag: what a model thinking first would write.
+
+Templates that do not write calls out faithfully (a call's name or argument values missing from the
+rendering, or no rendering at all) are left out; ``LEFT_OUT`` lists each with its reason, and the test
+checks that list against what the templates actually do, so it cannot silently grow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatcodec import ChatTemplate, builtin_templates, load_template
+from chatcodec.decoders import decoder_for, detect
+from chatcodec.exceptions import ChatcodecError
+
+from ..conftest import CORPUS, manifest, template_source
+from .helpers import as_streamed, rebuild
+
+DATA = Path(__file__).parent / "data" / "templates"
+NOW = datetime(2026, 1, 1, 12, 0, 0)
+USER = {"role": "user", "content": "What are the weather in Paris and the time in Tokyo?"}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string", "description": "A city."},
+                    "unit": {"type": "string", "description": "celsius or fahrenheit."},
+                    "hours": {"type": "integer", "description": "Hours ahead."},
+                },
+                "required": ["location"],
+            },
+        },
+    }
+    for name, description in (("lookup_weather", "The weather somewhere."), ("lookup_time", "The time somewhere."))
+]
+ONE = [("lookup_weather", {"location": "Lyon", "unit": "celsius"}, "k7Hq2Zp9W")]
+TWO = [*ONE, ("lookup_time", {"location": "Osaka", "hours": 4}, "m3Rt8Yv1B")]
+
+#: templates left out of the round trip, and why (checked below against what they render)
+LEFT_OUT: dict[str, str] = {
+    # no tool calls in their history turns at all
+    **dict.fromkeys(
+        [
+            "chujiezheng-alpaca",
+            "chujiezheng-amberchat",
+            "chujiezheng-chatml",
+            "chujiezheng-falcon-instruct",
+            "chujiezheng-gemma-it",
+            "chujiezheng-llama-2-chat",
+            "chujiezheng-mistral-instruct",
+            "chujiezheng-openchat-3.5",
+            "chujiezheng-phi-3",
+            "chujiezheng-phi-3-small",
+            "chujiezheng-vicuna",
+            "chujiezheng-zephyr",
+            "google-gemma-2-2b-it",
+            "lenml-gemma3",
+            "lenml-llama3",
+            "lenml-llama3_1",
+            "microsoft-Phi-3.5-mini-instruct",
+            "HuggingFaceTB-SmolLM3-3B",
+            "ibm-granite-granite-3.3-2B-Instruct",
+            "builtin:chatml",
+            "builtin:llama2",
+            "builtin:gemma",
+            "builtin:phi-3",
+            "new:instructions_only",
+            "new:xml_tools_variable",
+        ],
+        "the template writes no tool calls in a history turn",
+    ),
+    "Kimi-K2-Instruct": "the template calls list.append, which the sandbox refuses (transformers' does too)",
+    "Kimi-K2-Thinking": "the template calls list.append, which the sandbox refuses (transformers' does too)",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": "renders calls only when content is None, a key transformers drops",
+    "builtin:deepseek-r1": "renders calls only when content is None, a key transformers drops",
+}
+
+
+def all_templates() -> Iterator[tuple[str, ChatTemplate]]:
+    if CORPUS.is_dir():
+        for name in sorted(manifest()):
+            entry = manifest()[name]
+            yield name, ChatTemplate(template_source(name), special_tokens=entry["special_tokens"], name=name)
+    for name in builtin_templates():
+        yield f"builtin:{name}", load_template(name)
+    for path in sorted(DATA.glob("*.jinja")):
+        yield f"new:{path.stem}", load_template(path)
+
+
+def message(calls: list[tuple[str, dict[str, Any], str]], content: str | None, as_text: bool) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a) if as_text else a}}
+            for n, a, i in calls
+        ],
+    }
+
+
+def render(template: ChatTemplate, messages: list[dict[str, Any]], **kwargs: Any) -> str | None:
+    try:
+        return template.render(messages, tools=TOOLS, now=NOW, **kwargs)
+    except ChatcodecError:
+        return None
+
+
+def faithful(text: str, history: str, calls: list[tuple[str, dict[str, Any], str]]) -> bool:
+    """Each call's name and argument values appear in the turn (beyond what the history shows)."""
+    turn = text[len(history) :] if text.startswith(history) else text
+    return all(name in turn and all(str(v) in turn for v in args.values()) for name, args, _ in calls)
+
+
+def call_turn(template: ChatTemplate, calls: list[tuple[str, dict[str, Any], str]]) -> str | None:
+    """The template's rendering of a conversation ending in the call turn, in the first form it takes."""
+    history = render(template, [USER]) or ""
+    for content in ("", None):
+        for as_text in (False, True):
+            text = render(template, [USER, message(calls, content, as_text)])
+            if text is not None and faithful(text, history, calls):
+                return text
+    return None
+
+
+def continuation(template: ChatTemplate, prompt: str, turn: str) -> str:
+    """What the model writes after ``prompt`` to produce ``turn`` (see the module docstring)."""
+    if turn.startswith(prompt):
+        return turn[len(prompt) :]
+    common = 0
+    while common < min(len(prompt), len(turn)) and prompt[common] == turn[common]:
+        common += 1
+    for opener, closer in (("<", ">"), ("[", "]")):  # never from the middle of a tag
+        k = turn.rfind(opener, 0, common)
+        if k >= 0 and turn.find(closer, k, common) < 0:
+            common = k
+    rest = turn[common:]
+    think = detect(template).output_format.think
+    opened = decoder_for(template).options.forced_open and think is not None
+    if think is not None and opened and not any(rest.lstrip().startswith(end) for end in think.end):
+        rest = "Let me look that up." + think.end[0] + "\n\n" + rest
+    return rest
+
+
+def cases() -> list[Any]:
+    return [pytest.param(name, template, id=name) for name, template in all_templates()]
+
+
+@pytest.mark.parametrize(("name", "template"), cases())
+def test_round_trip(name: str, template: ChatTemplate) -> None:
+    prompt = render(template, [USER], add_generation_prompt=True)
+    turns = [(calls, call_turn(template, calls)) for calls in (ONE, TWO)]
+    shown = [(calls, turn) for calls, turn in turns if turn is not None]
+    if name in LEFT_OUT:
+        assert not shown, f"{name} writes its calls now: take it out of LEFT_OUT"
+        return
+    assert prompt is not None and shown, f"{name} writes no call faithfully: list it in LEFT_OUT with the reason"
+    d = decoder_for(template)
+    for calls, turn in shown:
+        assert turn is not None
+        text = continuation(template, prompt, turn)
+        decoded = d.decode(text)
+        assert [(c.name, c.arguments) for c in decoded.tool_calls] == [(n, a) for n, a, _ in calls], text
+        assert not decoded.invalid_tool_calls, text
+        want = as_streamed(decoded, text)
+        for cut in range(len(text) + 1):  # streamed, cut anywhere: the same message
+            stream = d.stream()
+            assert rebuild(stream.feed(text[:cut]) + stream.feed(text[cut:]) + stream.finish(), text) == want, cut
+
+
+def test_novel_templates_are_learned() -> None:
+    """The templates of ``data/templates`` write syntaxes no catalog format reads: each is learned."""
+    catalog = {"python_dict_args": "hermes", "xml_tools_variable": "hermes"}
+    for path in sorted(DATA.glob("*.jinja")):
+        found = detect(load_template(path))
+        if path.stem in catalog:
+            assert (found.how, found.format) == ("catalog", catalog[path.stem]), path.stem
+        else:
+            assert found.how == "learned" and found.learned is not None, path.stem
