@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..dataset import REASONS, SHAREGPT_ROLES, format_dataset, read_summary
+from ..dataset.engines import one_thread_each
 from ..exceptions import InputError
 from ..polyfills import Polyfill
 from . import common
@@ -93,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer is None:
         raise InputError("the dataset command needs --tokenizer PATH: a model folder with tokenizer.json")
     tokenizer = Path(args.tokenizer).expanduser()
+    one_thread_each()  # this process formats too, with --workers 1 or a single shard
     common.flush_notes()
     summary = format_dataset(
         args.input,

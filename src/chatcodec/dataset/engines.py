@@ -14,6 +14,7 @@ output is the same row for row whichever engine made it.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ from .formatting import Formatter
 from .readers import Shard
 from .shards import ShardResult, run_shard
 
-__all__ = ["ENGINES", "local_results", "ray_results"]
+__all__ = ["ENGINES", "local_results", "one_thread_each", "ray_results"]
 
 ENGINES = ("local", "ray")
 
@@ -41,6 +42,14 @@ def _cached(formatter: Formatter) -> Formatter:
 
 
 # --- local ------------------------------------------------------------------------------------------
+
+
+def one_thread_each() -> None:
+    """A worker process is one core's worth: the tokenizers library must not start a thread pool in each.
+
+    Its pool spins while it waits, which on a busy machine costs more CPU than it saves.
+    """
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def _work(shard: Shard, formatter: Formatter, pack_length: int | None) -> ShardResult:
@@ -60,7 +69,9 @@ def local_results(
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(shards)), mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(shards)), mp_context=context, initializer=one_thread_each
+    ) as pool:
         pending: deque[Future[ShardResult]] = deque()
         upcoming = iter(shards)
         try:
@@ -90,6 +101,7 @@ def local_results(
 def _ray_batch(batch: Any, *, formatter: Formatter, pack_length: int | None) -> Any:
     import pyarrow as pa
 
+    one_thread_each()
     results = []
     for data in batch.column("shard").to_pylist():
         result = run_shard(pickle.loads(data), _cached(formatter), pack_length)
