@@ -38,6 +38,7 @@ from .exceptions import TemplateNotFoundError as TemplateNotFoundError
 from .exceptions import TemplateRaisedError as TemplateRaisedError
 from .exceptions import TemplateRuntimeError as TemplateRuntimeError
 from .exceptions import TemplateSyntaxError as TemplateSyntaxError
+from .history import History as History
 from .limits import Limits as Limits
 from .render import ChatTemplate as ChatTemplate
 from .templates import builtin_templates as builtin_templates
@@ -85,6 +86,7 @@ __all__ = [
     "Delta",
     "Encoding",
     "Finding",
+    "History",
     "InputError",
     "LimitError",
     "Limits",

@@ -22,6 +22,7 @@ with the caller's text as written, to compare.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -172,14 +173,22 @@ class Shield:
     a whole control token raises :class:`~chatcodec.SpecialTokenError` naming its message and field.
     """
 
-    def __init__(self, marks: Marks, reserved: Iterable[str], *, reject: bool) -> None:
+    def __init__(
+        self, marks: Marks, reserved: Iterable[str], *, reject: bool, table: dict[str, str] | None = None
+    ) -> None:
         self.marks = marks
         self.reject = reject
         self.reserved = set(reserved)
-        #: mark character -> its stand-in in this conversation
-        self.table: dict[str, str] = {}
+        #: mark character -> its stand-in in this conversation (``table``: the stand-ins to go on with)
+        self.table: dict[str, str] = dict(table or {})
+        self._seed = dict(table or {})
         #: (owner, path, text) of every caller string that held a mark
         self.suspects: list[tuple[str, tuple[Any, ...], str]] = []
+        #: (group, item) of what :meth:`apply` found marks in: messages 0, tools 1, documents 2; item -1 is
+        #: the whole group
+        self.marked: list[tuple[int, int]] = []
+        #: message index -> (its JSON text, what it became), for the messages swapped through JSON
+        self.swapped: dict[int, tuple[str, Any]] = {}
         self._only_tokens = False
 
     @property
@@ -187,65 +196,115 @@ class Shield:
         """Stand-in -> the caller's character, for :func:`swap`."""
         return {stand_in: char for char, stand_in in self.table.items()}
 
-    def apply(self, messages: Any, tools: Any, documents: Any) -> tuple[Any, Any, Any]:
-        """Messages, tools and documents with the marks of every caller string swapped."""
+    def apply(
+        self,
+        messages: Any,
+        tools: Any,
+        documents: Any,
+        *,
+        clean: tuple[int, Sequence[int], bool, bool] = (0, (), False, False),
+        swapped: Mapping[int, tuple[str, Any]] | None = None,
+    ) -> tuple[Any, Any, Any]:
+        """Messages, tools and documents with the marks of every caller string swapped.
+
+        ``clean`` says what is known already: that the first ``n`` messages hold no mark (nor stand-in) but
+        those at the indices listed, and whether the tools and the documents hold none. ``swapped`` gives,
+        for some of those indices, the JSON text a message had and what it became: a message whose JSON text
+        is still that becomes that again (JSON text tells ``1`` from ``True``, which ``==`` does not). What this
+        call found marks in is :attr:`marked`, and :attr:`swapped` has the same for the messages it swapped.
+        """
         given = messages, tools, documents
         hit = self.marks.hit
         marked: list[tuple[int, int]] = []  # (group, item) of what holds marks
+        self.marked = marked
+        reused: dict[int, Any] = {}  # message index -> what it became before, still valid
         plain_json = True
+        known, unclean, known_tools, known_documents = clean
         for number, group in enumerate(given):
-            if group is None:
+            if group is None or (number == 1 and known_tools) or (number == 2 and known_documents):
                 continue
             if type(group) is not list:
                 marked.append((number, -1))  # a tuple, deque, conversation object: the walk takes it apart
                 plain_json = False
                 continue
-            for index, item in enumerate(group):
-                flags = _survey(item, hit)
+            # messages known to hold no mark are skipped: only the others, and the new ones, are looked at
+            indices = itertools.chain(unclean, range(known, len(group))) if number == 0 else range(len(group))
+            for index in indices:
+                if number == 0 and swapped and index in swapped:
+                    before, after = swapped[index]
+                    try:
+                        same = _ENCODER.encode(group[index]) == before
+                    except (TypeError, ValueError):
+                        same = False
+                    if same:
+                        marked.append((0, index))
+                        reused[index] = after
+                        self.swapped[index] = (before, after)
+                        continue
+                flags = _survey(group[index], hit)
                 if flags & _MARKED:
                     marked.append((number, index))
                     plain_json = plain_json and not flags & _NOT_JSON
         if not marked:
             return given  # no string holds a mark
         if plain_json and not self.reject and self.marks.json_safe:
-            swapped = self._apply_json(given, marked)
-            if swapped is not None:
-                return swapped
+            result = self._apply_json(given, marked, reused)
+            if result is not None:
+                return result
+        self.swapped = {}
         while True:
             reserved = set(self.reserved)
-            self.table, self.suspects = {}, []
+            self.table, self.suspects = dict(self._seed), []
             result = self._apply(*given)
-            if not self.reserved.intersection(self.table.values()):
-                return result
+            clashes = self.reserved.intersection(self.table.values())
+            if not clashes or clashes <= set(self._seed.values()):
+                return result  # the caller sees a clash with the stand-ins it went on with (conflicts())
             if self.reserved == reserved:  # pragma: no cover - a stand-in is never allocated from reserved
                 raise InputError("Could not choose stand-ins for control-token marks.")
 
-    def _apply_json(self, given: tuple[Any, Any, Any], marked: list[tuple[int, int]]) -> tuple[Any, Any, Any] | None:
+    def conflicts(self) -> bool:
+        """Whether the conversation holds a character used as a stand-in (only possible with a ``table`` to
+        go on with: the stand-ins are then chosen again, from scratch)."""
+        return not self.reserved.isdisjoint(self.table.values())
+
+    def _apply_json(
+        self, given: tuple[Any, Any, Any], marked: list[tuple[int, int]], reused: dict[int, Any]
+    ) -> tuple[Any, Any, Any] | None:
         """Plain JSON data whose marks are not JSON syntax: the items that hold marks have them swapped in
         their serialization, several times faster than walking them (the walk is for everything else, and
         names fields for errors)."""
+        fresh = [(g, i) for g, i in marked if not (g == 0 and i in reused)]
         try:
-            dump = _ENCODER.encode([given[g][i] for g, i in marked])
+            texts = [_ENCODER.encode(given[g][i]) for g, i in fresh]
         except (TypeError, ValueError):
             return None
+        dump = "[" + ", ".join(texts) + "]"
         if not dump.isascii():
             self.reserved.update(_STAND_IN_SEARCH.findall(dump))
         table = self.table
         for char in self.marks.ordered:
             if char in dump:
-                table[char] = self.marks.stand_in(char, self.reserved.union(table.values()))
+                if char not in table:
+                    table[char] = self.marks.stand_in(char, self.reserved.union(table.values()))
                 dump = dump.replace(char, table[char])
         try:
             swapped = json.loads(dump)
         except ValueError:  # an integer too long for json.loads
-            self.table = {}
+            self.table = dict(self._seed)
             return None
         groups: list[Any] = list(given)
         copied = [False, False, False]
-        for (g, i), item in zip(marked, swapped, strict=True):
+        for (g, i), text, item in zip(fresh, texts, swapped, strict=True):
             if not copied[g]:
                 groups[g], copied[g] = list(groups[g]), True
             groups[g][i] = item
+            if g == 0:
+                self.swapped[i] = (text, item)
+        if reused:
+            if not copied[0]:
+                groups[0] = list(groups[0])
+            for i, item in reused.items():
+                groups[0][i] = item
         return groups[0], groups[1], groups[2]
 
     def apply_tokens_only(self, messages: Any, tools: Any, documents: Any) -> tuple[Any, Any, Any]:

@@ -23,6 +23,7 @@ found for fails there.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import json
 import logging
@@ -33,11 +34,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .exceptions import InputError, LoadError, SpecialTokenError
+from .history import Entry, History, copy_of
+from .history import keys as history_keys
 from .injection import Marks, Shield, culprit, reads_marks, stand_ins_in, swap, template_variables_with_marks
 from .polyfills import Polyfill
 from .render import ChatTemplate
 from .templates import load_template
-from .vocab import Matching, Run, Vocabulary, alternation
+from .vocab import Matching, Run, Tokenized, Vocabulary, alternation, common_prefix
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -173,10 +176,15 @@ class Codec:
         *,
         control_tokens: Iterable[str] | None = None,
         split_special_tokens: bool = False,
+        history: History | None = None,
     ) -> None:
         if not isinstance(template, ChatTemplate):
             raise InputError(f"Codec needs a ChatTemplate, not {type(template).__name__}.")
+        if history is not None and not isinstance(history, History):
+            raise InputError(f"history must be a chatcodec.History, not {type(history).__name__}.")
         self.template = template
+        #: the recent conversations this codec encoded: the next turn of one costs its new text
+        self.history = history if history is not None else History()
         self.tokenizer = tokenizer
         self._vocab = Vocabulary(tokenizer, split_special_tokens) if tokenizer is not None else None
         sources = "\0".join(template.sources.values())
@@ -311,34 +319,104 @@ class Codec:
         policy: str,
     ) -> Encoding:
         matching = self._matching
+        history = self.history
+        found = history.find(policy, messages) if history.entries and type(messages) is list else None
+        base, agreeing = found if found is not None else (None, 0)
         if policy == "allow":
             rendered = self.template.render(messages, **options)
-            runs, text, _ = vocab.tokenize(rendered, None, matching)
-            return Encoding(self, text, runs, [], (messages, options, rendered, {}))
+            tokens = vocab.tokenize(rendered, None, matching, previous=base.tokens if base else None)
+            self._remember(base, agreeing, policy, messages, options, None, tokens)
+            return Encoding(self, tokens, (messages, options, rendered, {}))
 
         reserved = self._reserved
         if template_kwargs:
             reserved = reserved | stand_ins_in(template_kwargs)
-        shield = Shield(self._marks, reserved, reject=policy == "reject")
+        shield = Shield(self._marks, reserved, reject=policy == "reject", table=base.table if base else None)
+        known = self._known_clean(base, agreeing, options)
+        shielded, tools, documents = shield.apply(
+            messages, options["tools"], options["documents"], clean=known, swapped=base.swapped if base else None
+        )
+        if base is not None and shield.conflicts():  # the new text holds a stand-in the old one used: start over
+            base, agreeing = None, 0
+            shield = Shield(self._marks, reserved, reject=policy == "reject")
+            shielded, tools, documents = shield.apply(messages, options["tools"], options["documents"])
         given = options
-        shielded, tools, documents = shield.apply(messages, options["tools"], options["documents"])
         if tools is not options["tools"] or documents is not options["documents"]:
             options = {**options, "tools": tools, "documents": documents}
         rendered = self.template.render(shielded, **options)
         restore = shield.restore
-        runs, text, escaped = vocab.tokenize(rendered, restore, matching)
+        tokens = vocab.tokenize(rendered, restore, matching, previous=base.tokens if base else None)
         state = (shielded, options, rendered, restore)
         if restore:
-            if escaped and shield.reject:
-                raise self._formed(text[escaped[0][0] : escaped[0][1]], shield)
+            if tokens.escaped and shield.reject:
+                raise self._formed(tokens.text[tokens.escaped[0][0] : tokens.escaped[0][1]], shield)
             why = reads_marks(self._sources, self._marks, self._variables_with_marks(template_kwargs))
             if why is not None:
-                compared = self._compare(vocab, shield, messages, given, runs, text, why)
+                compared = self._compare(vocab, shield, messages, given, tokens, why)
                 if compared is not None:
-                    runs, text, escaped, state = compared
-            if escaped:
-                vocab.check_escapes(runs, escaped, self.control_tokens)
-        return Encoding(self, text, runs, escaped, state)
+                    self._remember(base, agreeing, policy, messages, given, shield, tokens)
+                    tokens, state = compared
+                    return Encoding(self, tokens, state)
+            if tokens.escaped:
+                vocab.check_escapes(tokens.runs, tokens.escaped, self.control_tokens)
+        self._remember(base, agreeing, policy, messages, given, shield, tokens)
+        return Encoding(self, tokens, state)
+
+    def _known_clean(
+        self, base: Entry | None, agreeing: int, options: dict[str, Any]
+    ) -> tuple[int, list[int], bool, bool]:
+        """What the remembered encode says holds no mark: its agreeing messages but those that held one, and
+        the tools and documents if they equal the copies kept (equal text holds the same characters)."""
+        if base is None:
+            return 0, [], False, False
+        tools = base.tools is not None and base.tools[1] and options["tools"] == base.tools[0]
+        documents = base.documents is not None and base.documents[1] and options["documents"] == base.documents[0]
+        return agreeing, base.marked[: bisect.bisect_left(base.marked, agreeing)], tools, documents
+
+    def _remember(
+        self,
+        base: Entry | None,
+        agreeing: int,
+        policy: str,
+        messages: Any,
+        options: dict[str, Any],
+        shield: Shield | None,
+        tokens: Tokenized,
+    ) -> None:
+        """Keep what the next encode of this conversation can start from (plain JSON messages only)."""
+        history = self.history
+        if not history.entries or type(messages) is not list:
+            return
+        slots = history_keys(messages)
+        if not slots:
+            return
+        marked = shield.marked if shield is not None else []
+        whole_groups = {group for group, index in marked if index < 0}
+        if 0 in whole_groups:
+            return  # taken apart by the walk: nothing is known per message
+        hit = sorted(index for group, index in marked if group == 0)
+        copies = base.copies[:agreeing] if base is not None else []
+        size = 0
+        for index in range(len(copies), len(messages)):
+            copied = copy_of(messages[index])
+            if copied is None:
+                return
+            copies.append(copied[0])
+            size += copied[1]
+        groups: list[tuple[Any, bool] | None] = []
+        for number, name in ((1, "tools"), (2, "documents")):
+            value = options[name]
+            copied = copy_of(value) if value is not None else None
+            groups.append(None if copied is None else (copied[0], not any(g == number for g, _ in marked)))
+            size += copied[1] if copied is not None else 0
+        size += 2 * len(tokens.rendered) + 12 * len(tokens.ids) + 100 * len(tokens.runs)
+        swapped = dict(shield.swapped) if shield is not None else {}
+        size += sum(len(text) for text, _ in swapped.values())
+        entry = Entry(
+            slots[0], policy, copies, hit, groups[0], groups[1], dict(shield.table) if shield else {}, tokens, size,
+            swapped,
+        )  # fmt: skip
+        history.remember(entry, replacing=base if base is not None and agreeing == len(base.copies) else None)
 
     def _variables_with_marks(self, template_kwargs: dict[str, Any]) -> frozenset[str]:
         if not template_kwargs:
@@ -351,22 +429,24 @@ class Codec:
         shield: Shield,
         messages: Any,
         options: dict[str, Any],
-        runs: list[Run],
-        text: str,
+        tokens: Tokenized,
         why: str,
-    ) -> tuple[list[Run], str, list[tuple[int, int]], Any] | None:
+    ) -> tuple[Tokenized, Any] | None:
         """For a template that looks at marks: render the caller's text as written, and keep only the control
         tokens that the render with stand-ins has too (in order), or None when both renders agree."""
         given, tools, documents = shield.apply_tokens_only(messages, options["tools"], options["documents"])
         options = {**options, "tools": tools, "documents": documents}
         rendered = self.template.render(given, **options)
         restore = shield.restore
-        if swap(rendered, restore) == text:
+        if swap(rendered, restore) == tokens.text:
             return None
         matching = self._matching
-        runs0, text0, escaped0 = vocab.tokenize(rendered, restore, matching)
+        theirs = vocab.tokenize(rendered, restore, matching)
         extra = _unmatched(
-            self._control_sequence(vocab, runs0, text0), self._control_sequence(vocab, runs, text), text0, text
+            self._control_sequence(vocab, theirs.runs, theirs.text),
+            self._control_sequence(vocab, tokens.runs, tokens.text),
+            theirs.text,
+            tokens.text,
         )
         name = self.template.name or "unnamed"
         if extra:
@@ -377,14 +457,12 @@ class Codec:
                 " rendering put together from caller text are encoded as plain text: %s",
                 name, why, len(extra), ", ".join(repr(t) for _, t in extra[:5]),
             )  # fmt: skip
-            runs0, text0, escaped0 = vocab.tokenize(
-                rendered, restore, matching, dropped=frozenset(at for at, _ in extra)
-            )
+            theirs = vocab.tokenize(rendered, restore, matching, dropped=frozenset(at for at, _ in extra))
         else:
             _log.info("Template %r %s; its render of the conversation as written has no extra control token", name, why)
-        if escaped0 and shield.reject:
-            raise self._formed(text0[escaped0[0][0] : escaped0[0][1]], shield)
-        return runs0, text0, escaped0, (given, options, rendered, restore)
+        if theirs.escaped and shield.reject:
+            raise self._formed(theirs.text[theirs.escaped[0][0] : theirs.escaped[0][1]], shield)
+        return theirs, (given, options, rendered, restore)
 
     def _control_sequence(self, vocab: Vocabulary, runs: list[Run], text: str) -> list[tuple[int, int, str]]:
         """``(start, id, text)`` of every control token in the runs, in order."""
@@ -414,9 +492,9 @@ def _unmatched(
     Both texts agree up to their first difference and after their last: there, a token is matched by its
     position. In between, the two sequences of tokens are aligned (longest common subsequence).
     """
-    prefix = _common_prefix(their_text, our_text)
+    prefix = common_prefix(their_text, our_text)
     limit = min(len(their_text), len(our_text)) - prefix
-    suffix = _common_prefix(their_text[::-1], our_text[::-1], limit)
+    suffix = common_prefix(their_text[::-1], our_text[::-1], limit)
     shift = len(our_text) - len(their_text)
     their_tail, our_tail = len(their_text) - suffix, len(our_text) - suffix
     placed = {(start, token) for start, token, _ in ours}
@@ -438,20 +516,6 @@ def _unmatched(
     return sorted(extra)
 
 
-def _common_prefix(a: str, b: str, limit: int | None = None) -> int:
-    """How many characters ``a`` and ``b`` share from their start (at most ``limit``): a binary search of
-    C-speed comparisons."""
-    high = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
-    low = 0
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[low:middle] == b[low:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
 # --- the encoding --------------------------------------------------------------------------------------
 
 
@@ -465,19 +529,16 @@ class Encoding:
     """
 
     def __init__(
-        self,
-        codec: Codec,
-        text: str,
-        runs: list[Run],
-        escaped: list[tuple[int, int]],
-        render_state: tuple[Any, dict[str, Any], str, dict[str, str]],
+        self, codec: Codec, tokens: Tokenized, render_state: tuple[Any, dict[str, Any], str, dict[str, str]]
     ) -> None:
-        self.text = text
-        self._runs = runs
-        self._set_ids()
+        self.text = tokens.text
+        self._runs = tokens.runs
+        self._tokens = tokens
+        self.input_ids: list[int] = list(tokens.ids)  # the codec's history keeps the original
+        self.attention_mask: list[int] = [1] * len(self.input_ids)
         #: character spans of ``text`` that read as a control token but hold text from the caller, and so
         #: were encoded as plain text
-        self.escaped = escaped
+        self.escaped = list(tokens.escaped)
         self._codec = codec
         self._render_state = render_state
         self._offsets: list[tuple[int, int]] | None = None
@@ -485,8 +546,8 @@ class Encoding:
         self._assistant_mask: list[int] | None = None
 
     def _set_ids(self) -> None:
-        self.input_ids: list[int] = [i for run in self._runs for i in run.ids]
-        self.attention_mask: list[int] = [1] * len(self.input_ids)
+        self.input_ids = [i for run in self._runs for i in run.ids]
+        self.attention_mask = [1] * len(self.input_ids)
 
     def __len__(self) -> int:
         return len(self.input_ids)

@@ -20,12 +20,14 @@ from .exceptions import InputError, SpecialTokenError
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["CACHE_SIZE", "Run", "Vocabulary", "alternation"]
+__all__ = ["CACHE_SIZE", "Matching", "Run", "Tokenized", "Vocabulary", "alternation", "common_prefix"]
 
 #: what separates a stretch of text from "the start of the input" for tokenizers that treat the start specially
 _SEPARATOR = "\U0010fffe"
 #: how many stretches of text a vocabulary remembers the tokens of
 CACHE_SIZE = 16384
+#: from how many stretches on the tokenizer encodes them in one batch, across threads
+_BATCH = 32
 
 
 class Run:
@@ -91,6 +93,47 @@ _Restored = tuple[tuple[tuple[str, bool, int], ...], tuple[tuple[int, int], ...]
 _PENDING = Run(0, [])
 
 
+class Tokenized:
+    """A tokenized prompt: its runs and ids, its restored text, its escaped spans, and where a later prompt
+    that begins the same way can take over (the ends of its added tokens, the ``stops``)."""
+
+    __slots__ = ("escaped", "ids", "rendered", "runs", "stop_ids", "stop_runs", "stops", "text")
+
+    def __init__(
+        self,
+        rendered: str,
+        runs: list[Run],
+        text: str,
+        escaped: list[tuple[int, int]],
+        ids: list[int],
+        stops: list[int] | None = None,
+        stop_runs: list[int] | None = None,
+        stop_ids: list[int] | None = None,
+    ) -> None:
+        self.rendered = rendered
+        self.runs = runs
+        self.text = text
+        self.escaped = escaped
+        self.ids = ids
+        self.stops = stops or []
+        self.stop_runs = stop_runs or []
+        self.stop_ids = stop_ids or []
+
+    def resume_point(self, rendered: str, longest: int) -> int | None:
+        """The last stop a tokenization of ``rendered`` can start from, or None.
+
+        The tokenizer splits text at added tokens first, scanning from left to right, and encodes each stretch
+        between them alone. So up to the end of an added token, the two prompts give the same runs, provided
+        no match attempted before that end could read where they differ: the end must lie at least ``longest``
+        characters (the longest added token) before the first difference.
+        """
+        if not self.stops:
+            return None
+        common = common_prefix(rendered, self.rendered)
+        kept = bisect.bisect_right(self.stops, common - longest + 1) - 1
+        return kept if kept >= 0 else None
+
+
 class Vocabulary:
     """The tokenizer, split in two: control tokens matched in the prompt, and the model for plain text.
 
@@ -121,6 +164,8 @@ class Vocabulary:
         #: the normalizer added tokens are matched after, if any (then control-token marks are found after it too)
         self.normalizer = tokenizer.normalizer if any(t.normalized for t in added.values()) else None
         self.splitter = re.compile(alternation(self.matched)) if plain_flags else None
+        #: the longest added token: how far a match attempt reads ahead
+        self.longest = max(map(len, self.matched), default=1)
         spec = json.loads(tokenizer.to_str())
         self._spec = spec
         spec["added_tokens"] = []
@@ -154,15 +199,23 @@ class Vocabulary:
         matching: Matching,
         *,
         dropped: frozenset[int] = frozenset(),
-    ) -> tuple[list[Run], str, list[tuple[int, int]]]:
+        previous: Tokenized | None = None,
+    ) -> Tokenized:
         """The runs of the prompt, its text with stand-ins restored, and the spans of escaped control tokens.
 
-        Control tokens starting at a position in ``dropped`` are treated as text.
+        Control tokens starting at a position in ``dropped`` are treated as text. ``previous`` is the
+        tokenization of an earlier prompt with the same stand-ins: its runs are kept up to the last added
+        token that ends far enough before the first character where the two prompts differ that no match
+        could reach it; only the rest is split and encoded (:meth:`Tokenized.resume_point`).
         """
         if self.splitter is None or (self.start_sensitive and _SEPARATOR in rendered):
             return self._tokenize_whole(rendered, restore, matching.control, dropped)
         runs: list[Run] = []
         escaped: list[tuple[int, int]] = []
+        ids: list[int] = []
+        stops: list[int] = []  # where each added token ends in the prompt
+        stop_runs: list[int] = []  # how many runs come before that point
+        stop_ids: list[int] = []  # and how many ids
         #: runs still to encode: (index in runs, cache key, start), encoded in one batch at the end
         pending: list[tuple[int, tuple[str, bool], int]] = []
         stand_ins = tuple(restore) if restore else ()
@@ -171,8 +224,19 @@ class Vocabulary:
         cache = self._cache
         added = self.added
         at = 0
+        if previous is not None and not dropped:
+            kept = previous.resume_point(rendered, self.longest)
+            if kept is not None:
+                at = previous.stops[kept]
+                runs = previous.runs[: previous.stop_runs[kept]]
+                ids = previous.ids[: previous.stop_ids[kept]]
+                stops, stop_runs = previous.stops[: kept + 1], previous.stop_runs[: kept + 1]
+                stop_ids = previous.stop_ids[: kept + 1]
+                escaped = [span for span in previous.escaped if span[1] <= at]
+        known_stops = len(stops)
+        first_new = len(runs)
         end = len(rendered)
-        for match in self.splitter.finditer(rendered):
+        for match in self.splitter.finditer(rendered, at):
             start = match.start()
             if start in dropped:
                 escaped.append(match.span())
@@ -190,6 +254,8 @@ class Vocabulary:
             token = match.group()
             runs.append(Run(start, [added[token]], width=len(token)))
             at = match.end()
+            stops.append(at)
+            stop_runs.append(len(runs))
         if at < end:
             piece = rendered[at:]
             entry = cache.get((piece, sensitive and at == 0))
@@ -203,12 +269,22 @@ class Vocabulary:
         if pending:
             fresh = self._encode_missing(list(dict.fromkeys(key for _, key, _ in pending)))
             for index, key, start in pending:
-                ids, encoding, skip = fresh[key]
-                runs[index] = Run(start, ids, encoding=encoding, skip=skip)
+                run_ids, encoding, skip = fresh[key]
+                runs[index] = Run(start, run_ids, encoding=encoding, skip=skip)
+        # the ids of the new runs, and how many precede each new stop
+        next_stop = known_stops
+        for index in range(first_new, len(runs)):
+            while next_stop < len(stop_runs) and stop_runs[next_stop] <= index:
+                stop_ids.append(len(ids))
+                next_stop += 1
+            ids.extend(runs[index].ids)
+        while next_stop < len(stop_runs):
+            stop_ids.append(len(ids))
+            next_stop += 1
         text = _swap(rendered, restore) if restore else rendered
         if len(escaped) > 1:
             escaped.sort()
-        return runs, text, escaped
+        return Tokenized(rendered, runs, text, escaped, ids, stops, stop_runs, stop_ids)
 
     def _caller_text(
         self,
@@ -260,8 +336,12 @@ class Vocabulary:
 
     def _encode_missing(self, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[list[int], Any, int]]:
         inputs = [text if first or not self.start_sensitive else _SEPARATOR + text for text, first in keys]
-        # the tokenizers library spreads a batch over threads
-        encodings = [_encode(self.plain, inputs[0])] if len(inputs) == 1 else _encode_batch(self.plain, inputs)
+        # the tokenizers library spreads a batch over threads: worth it for many stretches (a new conversation),
+        # not for the few of a new turn, where waking the threads costs more than it saves
+        if len(inputs) < _BATCH:
+            encodings = [_encode(self.plain, text) for text in inputs]
+        else:
+            encodings = _encode_batch(self.plain, inputs)
         if len(self._cache) + len(keys) > CACHE_SIZE:
             self._cache.clear()  # a rough bound: chats repeat their recent stretches, not old ones
         fresh = {}
@@ -276,7 +356,7 @@ class Vocabulary:
         restore: Mapping[str, str] | None,
         control: re.Pattern[str],
         dropped: frozenset[int],
-    ) -> tuple[list[Run], str, list[tuple[int, int]]]:
+    ) -> Tokenized:
         """For tokenizers whose added tokens strip whitespace or are normalized: one encode of the prompt.
 
         Control tokens that hold a restored caller character, or start in ``dropped``, are then taken out:
@@ -290,7 +370,7 @@ class Vocabulary:
             stand_ins = re.compile("[" + "".join(map(re.escape, restore)) + "]")
             caller = [m.start() for m in stand_ins.finditer(rendered)]
         if not caller and not dropped:
-            return [Run(0, whole.ids, encoding=whole)], text, []
+            return Tokenized(rendered, [Run(0, whole.ids, encoding=whole)], text, [], list(whole.ids))
         control_ids = {self.added[t] for t in self.added if control.fullmatch(t)}
         added_ids = set(self.added.values())
         ids, offsets = whole.ids, whole.offsets
@@ -300,7 +380,7 @@ class Vocabulary:
             if token in control_ids and (start in dropped or _holds(caller, start, end))
         ]
         if not bad:
-            return [Run(0, whole.ids, encoding=whole)], text, []
+            return Tokenized(rendered, [Run(0, whole.ids, encoding=whole)], text, [], list(whole.ids))
         # each bad token and the text around it, up to the added tokens that stay, is encoded again
         regions: list[list[int]] = []  # [first token, last token] index ranges
         bad_set = set(bad)
@@ -326,7 +406,7 @@ class Vocabulary:
             cursor = last + 1
         if cursor < len(ids):
             runs.append(Run(offsets[cursor][0], ids[cursor:], spans=offsets[cursor:]))
-        return runs, text, [offsets[i] for i in bad]
+        return Tokenized(rendered, runs, text, [offsets[i] for i in bad], [i for run in runs for i in run.ids])
 
     def _without_control(self, control: frozenset[str]) -> Tokenizer:
         """The tokenizer with every added token but ``control`` (and the separator, if it needs one)."""
@@ -380,6 +460,26 @@ class Vocabulary:
         if suffix and ids[-len(suffix) :] != suffix:
             runs = [*runs, Run(0, list(suffix), width=-1)]
         return runs
+
+
+def common_prefix(a: str, b: str, limit: int | None = None) -> int:
+    """How many characters ``a`` and ``b`` share from their start (at most ``limit``): a binary search of
+    C-speed comparisons.
+
+    >>> common_prefix("<|im_start|>user", "<|im_start|>assistant")
+    12
+    """
+    high = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
+    if a[:high] == b[:high]:
+        return high
+    low = 0
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _swap(text: str, mapping: Mapping[str, str]) -> str:

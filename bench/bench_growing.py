@@ -1,0 +1,151 @@
+"""A chat that grows one turn at a time: what Codec.encode costs per turn, against tokenizing that turn alone.
+
+Serving and agent loops encode the whole history at every request. This bench grows a chat to 100 turns
+(a user question, then the answer; Qwen3 answers with reasoning, which its template drops from earlier
+turns; some text holds ``<`` and ``>``) and encodes it before each answer, with the generation prompt, as a
+server does. Every text is new to the codec, as in real use. For each turn it reports, in CPU time:
+
+* ``encode``: ``Codec.encode`` of the whole chat, with the codec's memory of the conversation (the default);
+* ``no memory``: the same with ``History(entries=0)``, everything encoded again;
+* ``render``: the template's render of the whole chat, which every encode pays (in ``encode`` too);
+* ``rest``: ``encode`` minus ``render``: swapping marks, tokenizing, building the ids;
+* ``turn alone``: the tokenizers library encoding only the text this turn added to the prompt (the
+  previous answer and the new question), the least any encoder must pay;
+* ``turn encode``: ``Codec.encode`` of a chat of this turn's messages alone (the previous answer and the new
+  question, with the generation prompt): the same pipeline, on the new turn only;
+
+and the ratios ``encode / turn alone``, ``rest / turn alone`` and ``encode / turn encode``. Every codec has its
+own caches, so each meets every text for the first time. Ids are checked against the codec without memory at
+every turn. Each figure is the best of ``--rounds`` growths (each with its own text).
+
+Run: ``PYTHONPATH=src python bench/bench_growing.py [--rounds 5] [--turns 100]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+REPORTED = (1, 10, 20, 30, 40, 50, 70, 100)
+
+
+def chat(turns: int, name: str, round_: int) -> list[dict[str, Any]]:
+    """A system prompt and ``turns`` question/answer pairs; ``round_`` makes every text new."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": f"You are a careful assistant (session {round_}). Answer briefly."}
+    ]
+    for i in range(turns):
+        question = f"Question {i} of session {round_}: what is {i} times {i + 3}, and how does it change the plan?"
+        if i % 4 == 3:
+            question += f" Compare with x < {i} and y > {i + 1}."
+        answer: dict[str, Any] = {
+            "role": "assistant",
+            "content": f"{i * (i + 3)}. Step {i} depends on it, so the running total is {i * i + round_} now.",
+        }
+        if name == "qwen3":
+            answer["reasoning_content"] = f"They ask for {i} times {i + 3}; that is {i * (i + 3)}."
+        messages += [{"role": "user", "content": question}, answer]
+    return messages
+
+
+def _cpu(fn: Callable[..., Any], *args: Any, **options: Any) -> tuple[float, Any]:
+    start = time.process_time()
+    result = fn(*args, **options)
+    return time.process_time() - start, result
+
+
+def _best_cpu(repeats: int, fn: Callable[..., Any], *args: Any, **options: Any) -> float:
+    return min(_cpu(fn, *args, **options)[0] for _ in range(repeats))
+
+
+NAMES = ("encode", "plain", "render", "alone", "turn")
+
+
+def measure(name: str, folder: Path, rounds: int, turns: int) -> dict[str, list[float]]:
+    """The best CPU time of each measure at each turn, over ``rounds`` growths."""
+    best: dict[str, list[float]] = {k: [float("inf")] * turns for k in NAMES}
+    for round_ in range(rounds):
+        for turn, figures in enumerate(grow(name, folder, round_, turns)):
+            for key, value in zip(NAMES, figures, strict=True):
+                best[key][turn] = min(best[key][turn], value)
+    return best
+
+
+def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, ...]]:
+    """One growth from an empty chat: the figures of every turn, each codec with caches of its own."""
+    from chatcodec import History
+    from chatcodec.tokens import load
+
+    remembering, forgetting, single = load(folder), load(folder), load(folder)
+    forgetting.history = History(entries=0)
+    tokenizer = remembering.tokenizer
+    assert tokenizer is not None
+    full = chat(turns, name, round_)
+    previous = ""
+    figures = []
+    for turn in range(1, turns + 1):
+        messages = full[: 2 * turn]  # the system prompt, the earlier turns and this question
+        spent, encoding = _cpu(remembering.encode, messages, add_generation_prompt=True)
+        spent_plain, fresh = _cpu(forgetting.encode, messages, add_generation_prompt=True)
+        assert encoding.input_ids == fresh.input_ids, (name, turn)
+        render = _best_cpu(3, remembering.template.render, messages, add_generation_prompt=True)
+        common = 0
+        limit = min(len(previous), len(encoding.text))
+        while common < limit and previous[common] == encoding.text[common]:
+            common += 1
+        added = encoding.text[common:]
+        alone = _best_cpu(5, tokenizer.encode, added, add_special_tokens=False)
+        this_turn = full[max(2 * turn - 2, 1) : 2 * turn]  # the previous answer and this question
+        spent_turn, _ = _cpu(single.encode, this_turn, add_generation_prompt=True)
+        previous = encoding.text
+        figures.append((spent, spent_plain, render, alone, spent_turn))
+    return figures
+
+
+def report(name: str, label: str, best: dict[str, list[float]], turns: range) -> None:
+    def mean(key: str) -> float:
+        return statistics.mean(best[key][t - 1] for t in turns) * 1e6
+
+    encode, alone, render, single_turn = mean("encode"), mean("alone"), mean("render"), mean("turn")
+    rest = max(encode - render, 0.0)
+    print(
+        f"{name:<9} {label:>5} {encode:>7.0f} {mean('plain'):>10.0f} {render:>7.0f} {rest:>6.0f}"
+        f" {alone:>11.0f} {single_turn:>12.0f} {encode / alone:>12.2f}x {rest / alone:>10.2f}x"
+        f" {encode / single_turn:>11.2f}x"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--shared", type=Path, default=SHARED)
+    args = parser.parse_args()
+    print(f"CPU time per call in microseconds, best of {args.rounds} growths; ratios against 'turn alone'.")
+    header = (
+        f"{'model':<9} {'turn':>5} {'encode':>7} {'no memory':>10} {'render':>7} {'rest':>6} {'turn alone':>11}"
+        f" {'turn encode':>12} {'encode/alone':>13} {'rest/alone':>11} {'encode/turn':>12}"
+    )
+    print(header)
+    for name in ("qwen3", "llama3_1"):
+        best = measure(name, args.shared / "tokenizers" / name, args.rounds, args.turns)
+        for turn in REPORTED:
+            if turn <= args.turns:
+                report(name, str(turn), best, range(turn, turn + 1))
+        if args.turns >= 40:
+            report(name, "30-40", best, range(30, 41))
+        if args.turns >= 100:
+            early = statistics.mean(best["encode"][9:20])
+            late = statistics.mean(best["encode"][89:100])
+            print(f"{name:<9} per-turn encode at 90-100 turns / at 10-20 turns: {late / early:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
