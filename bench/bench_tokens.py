@@ -138,6 +138,8 @@ def main() -> int:
                         codec._vocab._cache.clear()
                         if hasattr(codec, "_matching"):
                             codec._matching.memo.clear()
+                        if hasattr(codec, "history"):
+                            codec.history.clear()
                     for messages, tools, options in calls:
                         codec.encode(messages, tools=tools, **options)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from .exceptions import InputError
@@ -34,18 +34,21 @@ _PER_KEY = 8
 
 
 class Entry:
-    """One remembered encode: a copy of each message as it was, which of them held no mark, and the tokens."""
+    """One remembered encode: a copy of each message as it was, which of them held no mark, and the tokens.
 
-    __slots__ = ("copies", "documents", "key", "marked", "policy", "size", "swapped", "table", "tokens", "tools")
+    The first encode of a conversation keeps its tokens only (``copies`` is None): most conversations are
+    never seen again, and the tokens are reused by text, not by message. The second one, which shows the
+    conversation growing, also keeps the copies.
+    """
+
+    __slots__ = ("copies", "key", "marked", "policy", "size", "swapped", "table", "tokens")
 
     def __init__(
         self,
-        key: str,
+        key: Hashable,
         policy: str,
-        copies: list[Any],
+        copies: list[Any] | None,
         marked: list[int],
-        tools: tuple[Any, bool] | None,
-        documents: tuple[Any, bool] | None,
         table: dict[str, str],
         tokens: Tokenized,
         size: int,
@@ -53,14 +56,11 @@ class Entry:
     ) -> None:
         self.key = key
         self.policy = policy
-        #: a deep copy of every message (None where it is not plain JSON, which ends what can be reused)
+        #: a copy of every message as it was (or None: not kept)
         self.copies = copies
         #: the indices of the messages that held a mark (or a stand-in), in order: the others held none, and
         #: equal text holds none either
         self.marked = marked
-        #: (copy, held no mark) of the tools and of the documents, or None
-        self.tools = tools
-        self.documents = documents
         #: the stand-ins of the marks the conversation held
         self.table = table
         #: message index -> (its JSON text, what it became with its marks swapped)
@@ -71,6 +71,8 @@ class Entry:
     def agreeing(self, messages: Sequence[Any]) -> int:
         """How many leading messages equal the copies kept (compared in C, not walked in Python)."""
         copies = self.copies
+        if copies is None:
+            return 0
         count = min(len(messages), len(copies))
         if list(messages[:count]) == copies[:count]:
             return count
@@ -101,7 +103,7 @@ class History:
             raise InputError(f"History(max_bytes=...) takes a size of 0 or more, not {max_bytes!r}.")
         self.entries = entries
         self.max_bytes = max_bytes
-        self._slots: OrderedDict[str, list[Entry]] = OrderedDict()
+        self._slots: OrderedDict[Hashable, list[Entry]] = OrderedDict()
         self._count = 0
         self._bytes = 0
         self._lock = threading.Lock()
@@ -122,12 +124,13 @@ class History:
             self._slots.clear()
             self._count = self._bytes = 0
 
-    def find(self, policy: str, messages: Sequence[Any]) -> tuple[Entry, int] | None:
-        """The remembered encode (with the same policy) that shares the most leading messages, and how many."""
+    def find(self, policy: str, messages: Sequence[Any], slots: Sequence[Hashable]) -> tuple[Entry, int] | None:
+        """The remembered encode (with the same policy) that shares the most leading messages, and how many;
+        ``slots`` are the :func:`keys` of the messages."""
         if not self.entries or not messages:
             return None
         best: tuple[Entry, int] | None = None
-        for key in keys(messages):
+        for key in slots:
             with self._lock:
                 slot = self._slots.get(key)
                 if slot is None:
@@ -138,7 +141,7 @@ class History:
                 if entry.policy != policy:
                     continue
                 agreeing = entry.agreeing(messages)
-                if agreeing and (best is None or agreeing > best[1]):
+                if best is None or agreeing > best[1]:
                     best = (entry, agreeing)
             if best is not None:
                 return best
@@ -173,28 +176,47 @@ class History:
             del self._slots[entry.key]
 
 
-def keys(messages: Sequence[Any]) -> list[str]:
+def keys(messages: Sequence[Any]) -> list[Hashable]:
     """Where a conversation is looked for: its first two messages, then its first alone (its first turn was
-    remembered before the second message existed)."""
-    keys = []
-    for count in (2, 1):
-        if len(messages) >= count:
-            key = fingerprint(messages[:count])
-            if key is not None and key not in keys:
-                keys.append(key)
-    return keys
+    remembered before the second message existed). None of them if those are not plain JSON."""
+    first = _key(messages[0])
+    if first is None:
+        return []
+    if len(messages) < 2:
+        return [first]
+    second = _key(messages[1])
+    return [(first, second), first] if second is not None else [first]
 
 
-def fingerprint(messages: Sequence[Any]) -> str | None:
-    """The JSON text of plain JSON messages, or None for anything else."""
+def _key(message: Any) -> Hashable | None:
+    """A message's role and text (hashed by Python, not serialized), or its JSON text."""
+    if type(message) is dict:
+        content = message.get("content")
+        if type(content) is str and type(message.get("role")) is str:
+            return (message["role"], content)
     try:
-        return _ENCODER.encode(list(messages))
+        return _ENCODER.encode(message)
     except (TypeError, ValueError, RecursionError):
         return None
 
 
+_FLAT = frozenset({str, int, float, bool, type(None)})
+
+
 def copy_of(value: Any) -> tuple[Any, int] | None:
-    """A deep copy of plain JSON data, and its size in characters; None for anything else."""
+    """A deep copy of plain JSON data, and about how many characters it holds; None for anything else.
+
+    A dict of text and numbers (most messages) is copied as it is: its values cannot change in place.
+    """
+    if type(value) is dict:
+        size = 0
+        for key, item in value.items():
+            kind = type(item)
+            if type(key) is not str or kind not in _FLAT:
+                break
+            size += len(key) + (len(item) if kind is str else 8)
+        else:
+            return dict(value), size
     try:
         text = _ENCODER.encode(value)
         return json.loads(text), len(text)

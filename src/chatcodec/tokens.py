@@ -28,7 +28,7 @@ import difflib
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -156,6 +156,10 @@ class Codec:
     ``<think>`` and ``<tool_call>``), except whitespace: the same rule as transformers'
     ``sanitize_control_tokens``. Other added tokens (Gemma's HTML tags, FIM tokens no chat template writes)
     keep tokenizing the way the model was trained to see them.
+
+    ``history`` (a :class:`~chatcodec.History`, by default 256 encodes or 64 MiB) remembers recent encodes, so
+    that the next turn of a growing chat costs its new text: messages the caller did not change are not
+    looked at again, and the prompt is tokenized only from where it stops agreeing with the last one.
 
     >>> from tokenizers import Tokenizer, models, pre_tokenizers
     >>> vocab = {"hi": 0, "!": 1, "<": 2, "eot": 3, ">": 4, "[UNK]": 5}
@@ -320,21 +324,28 @@ class Codec:
     ) -> Encoding:
         matching = self._matching
         history = self.history
-        found = history.find(policy, messages) if history.entries and type(messages) is list else None
+        slots = history_keys(messages) if history.entries and type(messages) is list else []
+        found = history.find(policy, messages, slots) if slots else None
         base, agreeing = found if found is not None else (None, 0)
         if policy == "allow":
             rendered = self.template.render(messages, **options)
             tokens = vocab.tokenize(rendered, None, matching, previous=base.tokens if base else None)
-            self._remember(base, agreeing, policy, messages, options, None, tokens)
+            self._remember(slots, base, agreeing, policy, messages, None, tokens)
             return Encoding(self, tokens, (messages, options, rendered, {}))
 
         reserved = self._reserved
         if template_kwargs:
             reserved = reserved | stand_ins_in(template_kwargs)
         shield = Shield(self._marks, reserved, reject=policy == "reject", table=base.table if base else None)
-        known = self._known_clean(base, agreeing, options)
+        known = None
+        if base is not None and agreeing:
+            known = (agreeing, base.marked[: bisect.bisect_left(base.marked, agreeing)], False, False)
         shielded, tools, documents = shield.apply(
-            messages, options["tools"], options["documents"], clean=known, swapped=base.swapped if base else None
+            messages,
+            options["tools"],
+            options["documents"],
+            clean=known or (0, (), False, False),
+            swapped=base.swapped if base else None,
         )
         if base is not None and shield.conflicts():  # the new text holds a stand-in the old one used: start over
             base, agreeing = None, 0
@@ -354,69 +365,49 @@ class Codec:
             if why is not None:
                 compared = self._compare(vocab, shield, messages, given, tokens, why)
                 if compared is not None:
-                    self._remember(base, agreeing, policy, messages, given, shield, tokens)
+                    self._remember(slots, base, agreeing, policy, messages, shield, tokens)
                     tokens, state = compared
                     return Encoding(self, tokens, state)
             if tokens.escaped:
                 vocab.check_escapes(tokens.runs, tokens.escaped, self.control_tokens)
-        self._remember(base, agreeing, policy, messages, given, shield, tokens)
+        self._remember(slots, base, agreeing, policy, messages, shield, tokens)
         return Encoding(self, tokens, state)
-
-    def _known_clean(
-        self, base: Entry | None, agreeing: int, options: dict[str, Any]
-    ) -> tuple[int, list[int], bool, bool]:
-        """What the remembered encode says holds no mark: its agreeing messages but those that held one, and
-        the tools and documents if they equal the copies kept (equal text holds the same characters)."""
-        if base is None:
-            return 0, [], False, False
-        tools = base.tools is not None and base.tools[1] and options["tools"] == base.tools[0]
-        documents = base.documents is not None and base.documents[1] and options["documents"] == base.documents[0]
-        return agreeing, base.marked[: bisect.bisect_left(base.marked, agreeing)], tools, documents
 
     def _remember(
         self,
+        slots: list[Hashable],
         base: Entry | None,
         agreeing: int,
         policy: str,
         messages: Any,
-        options: dict[str, Any],
         shield: Shield | None,
         tokens: Tokenized,
     ) -> None:
         """Keep what the next encode of this conversation can start from (plain JSON messages only)."""
-        history = self.history
-        if not history.entries or type(messages) is not list:
-            return
-        slots = history_keys(messages)
         if not slots:
             return
         marked = shield.marked if shield is not None else []
-        whole_groups = {group for group, index in marked if index < 0}
-        if 0 in whole_groups:
+        if any(group == 0 and index < 0 for group, index in marked):
             return  # taken apart by the walk: nothing is known per message
         hit = sorted(index for group, index in marked if group == 0)
-        copies = base.copies[:agreeing] if base is not None else []
+        copies: list[Any] | None = None
         size = 0
-        for index in range(len(copies), len(messages)):
-            copied = copy_of(messages[index])
-            if copied is None:
-                return
-            copies.append(copied[0])
-            size += copied[1]
-        groups: list[tuple[Any, bool] | None] = []
-        for number, name in ((1, "tools"), (2, "documents")):
-            value = options[name]
-            copied = copy_of(value) if value is not None else None
-            groups.append(None if copied is None else (copied[0], not any(g == number for g, _ in marked)))
-            size += copied[1] if copied is not None else 0
-        size += 2 * len(tokens.rendered) + 12 * len(tokens.ids) + 100 * len(tokens.runs)
+        if base is not None:  # seen before: a conversation that grows, worth copying its messages
+            copies = base.copies[:agreeing] if base.copies is not None else []
+            for index in range(len(copies), len(messages)):
+                copied = copy_of(messages[index])
+                if copied is None:
+                    copies = None
+                    break
+                copies.append(copied[0])
+                size += copied[1]
         swapped = dict(shield.swapped) if shield is not None else {}
         size += sum(len(text) for text, _ in swapped.values())
-        entry = Entry(
-            slots[0], policy, copies, hit, groups[0], groups[1], dict(shield.table) if shield else {}, tokens, size,
-            swapped,
-        )  # fmt: skip
-        history.remember(entry, replacing=base if base is not None and agreeing == len(base.copies) else None)
+        size += 2 * len(tokens.rendered) + 12 * len(tokens.ids) + 100 * len(tokens.runs)
+        table = dict(shield.table) if shield is not None else {}
+        entry = Entry(slots[0], policy, copies, hit, table, tokens, size, swapped)
+        extends = base is not None and (base.copies is None or agreeing == len(base.copies))
+        self.history.remember(entry, replacing=base if extends else None)
 
     def _variables_with_marks(self, template_kwargs: dict[str, Any]) -> frozenset[str]:
         if not template_kwargs:

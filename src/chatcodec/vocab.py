@@ -27,7 +27,7 @@ _SEPARATOR = "\U0010fffe"
 #: how many stretches of text a vocabulary remembers the tokens of
 CACHE_SIZE = 16384
 #: from how many stretches on the tokenizer encodes them in one batch, across threads
-_BATCH = 32
+_BATCH = 4
 
 
 class Run:
