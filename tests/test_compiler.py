@@ -131,9 +131,18 @@ CONSTRUCTS = {
     "{{ 2 ** 3 }}{{ 'x' ~ 1 ~ none }}{{ xs == xs }}{{ 1 < 2 < 3 }}{{ 'a' in s }}{{ 'k' in d }}{{ 3 in xs }}",
     "markup stays markup": "{{ ('<b>'|safe) + '<i>' }}{{ '<' ~ ('<b>'|safe) }}{{ '<b>'|e }}",
     "undefined": "{{ nothing }}{{ nothing is defined }}{{ d.nothing|default('dflt') }}{{ nothing|length }}",
+    "selectattr and rejectattr": "{{ ds|selectattr('role', 'equalto', 'user')|list }}"
+    "{{ ds|rejectattr('role', 'defined')|list }}{{ ds|selectattr('role')|list }}"
+    "{{ ds|selectattr('items', 'defined')|list|length }}{{ none|selectattr('x', 'none')|list }}",
     "globals": "{{ range(3)|list }}{{ dict(a=1) }}{{ strftime_now('%Y') }}{{ lipsum(1)|length > 0 }}",
 }
-VARIABLES = {"xs": ["a", "b", "c"], "d": {"k": "v", "n": 1}, "s": " a,b ", "key": "k"}
+VARIABLES = {
+    "xs": ["a", "b", "c"],
+    "d": {"k": "v", "n": 1},
+    "s": " a,b ",
+    "key": "k",
+    "ds": [{"role": "user"}, {"role": "system", "x": None}, {}, "text"],
+}
 
 
 @pytest.mark.parametrize("name", list(CONSTRUCTS))

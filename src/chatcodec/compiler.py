@@ -157,6 +157,22 @@ def _macro(function: Any, weight: int, *args: Any) -> Any:
         budget.depth -= 1
 
 
+def _select_attribute(items: Any, attribute: str, test: str, keep: bool, *args: Any) -> Any:
+    """``|selectattr(attribute, test, ...)`` (``keep``) and ``|rejectattr``: the same items, with dict lookups.
+
+    jinja2 looks every item's attribute up through the sandbox and calls the test by name; here a dict
+    item's value is read directly and the environment's test function is called with it.
+    """
+    if not items:  # as jinja2: nothing (not an error) for none, an undefined or an empty value
+        return
+    function: Any = environment.tests[test]
+    getitem = environment.getitem
+    for item in limits.counted_input(items, "|selectattr"):
+        value = item[attribute] if type(item) is dict and attribute in item else getitem(item, attribute)
+        if bool(function(value, *args)) is keep:
+            yield item
+
+
 def _sequence(iterable: Any) -> Any:
     """What a fast loop indexes: lists, tuples and strings as they are, anything else as a list."""
     kind = type(iterable)
@@ -216,6 +232,7 @@ _RUNTIME: dict[str, Any] = {
     "_cc_counted": limits.counted,
     "_cc_spend": limits.spend,
     "_cc_sequence": _sequence,
+    "_cc_selectattr": _select_attribute,
     "_SEARCHED": frozenset({str, list, tuple}),
     "_ITERABLE": frozenset({list, dict, str, tuple}),
     "_SEQUENCE": frozenset({list, dict, str, tuple}),
@@ -641,6 +658,8 @@ class _FastGenerator(sandbox._CodeGenerator):
         if name == "_cc_spend":
             self.write(f"_cc_spend({node.args[0].as_const(frame.eval_ctx)})")
             return
+        if name in ("selectattr", "rejectattr") and self._select_attribute(node, frame):
+            return
         if node.args:
             super().visit_Filter(node, frame)
             return
@@ -682,6 +701,25 @@ class _FastGenerator(sandbox._CodeGenerator):
         yield
         self.signature(node, frame)
         self.write(")")
+
+    def _select_attribute(self, node: nodes.Filter, frame: Frame) -> bool:
+        """``xs|selectattr('role', 'equalto', 'system')``: a plain attribute name and a test that needs no context."""
+        if len(node.args) < 2 or self.environment.filters.get(node.name) is None:
+            return False
+        attribute, test = (_constant(arg, frame) for arg in node.args[:2])
+        if not (isinstance(attribute, str) and attribute.isidentifier() and isinstance(test, str)):
+            return False
+        function = self.environment.tests.get(test)
+        if function is None or _PassArg.from_obj(function) is not None:  # type: ignore[type-var]
+            return False
+        self.write("_cc_selectattr(")
+        self.visit(node.node, frame)  # type: ignore[arg-type]
+        self.write(f", {attribute!r}, {test!r}, {node.name == 'selectattr'}")
+        for arg in node.args[2:]:
+            self.write(", ")
+            self.visit(arg, frame)
+        self.write(")")
+        return True
 
     @optimizeconst
     def visit_Test(self, node: nodes.Test, frame: Frame) -> None:
