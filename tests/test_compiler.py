@@ -191,3 +191,11 @@ def test_the_compiled_form_is_cached_per_source() -> None:
     source = "{{ messages[0].content }} cached"
     assert compiler.fast_template(source) is compiler.fast_template(source[:-6] + "cached")
     assert "def root" in compiler.fast_template(source).source  # type: ignore[union-attr]
+
+
+def test_a_render_the_compiled_path_gives_up_on_is_rendered_again_in_full() -> None:
+    """An unhashable key fails a dict lookup on the compiled path; jinja2 gives an undefined there instead."""
+    source = "{% set k = [1] %}{% for i in range(300) %}{{ 'x' * 1000 }}{% endfor %}[{{ {'a': 1}[k] }}]"
+    assert not isinstance(both_paths(source, {})[0], str)
+    text = ChatTemplate(source, limits=Limits(max_output=310_000)).render(USER)
+    assert text == "x" * 300_000 + "[]"

@@ -990,7 +990,8 @@ def render(
             except (RecursionError, MemoryError) as exc:
                 raise sandbox._translate(exc, name) from exc
             except (ChatcodecError, Exception):
-                pass  # the generic path renders it again and raises jinja2's own error, at the same budget
+                # the generic path renders it again and raises jinja2's own error, at the same budget
+                budget.output, budget.measured, budget.emitted = None, 0, 0
             finally:
                 limits.deactivate(token)
     return sandbox.run(compiled, variables, name=name, budget=budget)
