@@ -23,6 +23,8 @@ from .decoders import ToolCallDelta as ToolCallDelta
 from .decoders import decoder as decoder
 from .decoders import decoder_for as decoder_for
 from .decoders import detect_format as detect_format
+from .exceptions import BackendError as BackendError
+from .exceptions import BackendTimeoutError as BackendTimeoutError
 from .exceptions import ChatcodecError as ChatcodecError
 from .exceptions import DecodeError as DecodeError
 from .exceptions import DecodeWarning as DecodeWarning
@@ -76,6 +78,8 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "AssistantMessage",
     "Capabilities",
+    "BackendError",
+    "BackendTimeoutError",
     "ChatTemplate",
     "ChatcodecError",
     "Codec",

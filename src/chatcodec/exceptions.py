@@ -15,7 +15,9 @@ One base class, so callers can catch everything chatcodec reports with one ``exc
     ├── SchemaError                 a Python function cannot be turned into a tool schema
     ├── LoadError                   a template or tokenizer file is missing, unreadable or malformed
     │   └── TemplateNotFoundError   no template under that name or in that place
-    └── DecodeError                 a decoder was asked for with options it cannot honour
+    ├── DecodeError                 a decoder was asked for with options it cannot honour
+    └── BackendError                a completion backend is unreachable, failed, or answered nonsense
+        └── BackendTimeoutError     a completion backend did not answer in time
 
 ``InputError``, ``SchemaError``, ``LoadError`` and ``DecodeError`` also derive from ``ValueError``,
 so code written against transformers' ``ValueError`` keeps working.
@@ -27,6 +29,8 @@ found no tool-call format in it, so tool calls in the output would stay text.
 from __future__ import annotations
 
 __all__ = [
+    "BackendError",
+    "BackendTimeoutError",
     "ChatcodecError",
     "DecodeError",
     "DecodeWarning",
@@ -146,3 +150,18 @@ class DecodeError(ChatcodecError, ValueError):
 class DecodeWarning(UserWarning):
     """A decoder falls back to plain content for a template that renders tools: no tool-call format
     was found in the template, so tool calls in the model's output would stay text."""
+
+
+class BackendError(ChatcodecError):
+    """A completion backend (the embedded model or a remote server) could not produce the completion.
+
+    ``status`` is the HTTP status the remote answered with, when it answered at all.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BackendTimeoutError(BackendError):
+    """A completion backend did not answer, or stopped answering, within its timeout."""

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "templates": ("chatcodec.cli.templates", "list the built-in templates, or print one"),
     "tools": ("chatcodec.cli.tools", "tool schemas from Python functions, and the function-calling loop"),
     "dataset": ("chatcodec.cli.dataset", "format a chat dataset for training (ids, masks, packing), or its stats"),
+    "serve": ("chatcodec.cli.serve", "an OpenAI-compatible chat server over the embedded model or a remote engine"),
 }
 
 

@@ -1,0 +1,96 @@
+"""What every completion backend offers the server and the function-calling loop.
+
+A backend turns a prompt (text the chat template rendered, or token ids) into generated text, as a
+stream of :class:`Chunk` objects. It knows nothing about chats: the caller renders, decodes and
+validates. The one protocol, :class:`Backend`, is implemented by the embedded llama.cpp model
+(:class:`~chatcodec.backends.LlamaBackend`) and by any OpenAI-compatible ``/v1/completions`` server
+(:class:`~chatcodec.backends.RemoteBackend`).
+
+>>> request = Generation("Hello", max_tokens=8, stop=("\\n",))
+>>> request.max_tokens, request.stop, request.constraint is None
+(8, ('\\n',), True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = ["Backend", "Chunk", "Constraint", "FinishReason", "Generation", "ModelInfo"]
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """What the generated text must match, in the forms backends understand.
+
+    ``grammar`` is a GBNF grammar (llama.cpp's dialect) whose start rule is ``root``. ``json_schema`` is
+    the same constraint as a JSON schema when the whole output is one JSON value (``None`` when the
+    output has markers around its JSON). ``description`` says in words what is enforced, for errors.
+    """
+
+    grammar: str
+    json_schema: Mapping[str, Any] | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One completion request: the prompt and how to sample it.
+
+    ``prompt`` is the rendered text, or token ids (then nothing is added in front: the template owns
+    BOS). ``stop`` strings end the text without being part of it; the backend's end-of-generation
+    tokens always stop it. ``None`` sampling values mean the backend's defaults.
+    """
+
+    prompt: str | Sequence[int]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    constraint: Constraint | None = None
+    #: extra fields passed through to a remote backend as they are (ignored by the embedded one)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A piece of generated text. The last chunk of a generation has ``finish_reason`` and the usage."""
+
+    text: str
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What the server says about the model in ``/v1/models``."""
+
+    id: str
+    owned_by: str = "chatcodec"
+    context_length: int | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A raw completion engine: prompt in, text out, nothing about chats.
+
+    ``generate`` is an async generator: closing it (``aclose()``, or a cancelled task) stops the
+    generation and frees the model for the next request. Errors are :class:`~chatcodec.BackendError`
+    (unreachable or failing backend) and :class:`~chatcodec.BackendTimeoutError`.
+    """
+
+    @property
+    def info(self) -> ModelInfo: ...
+
+    def generate(self, request: Generation) -> AsyncIterator[Chunk]: ...
+
+    async def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+
+    async def detokenize(self, ids: Sequence[int]) -> str: ...
+
+    async def aclose(self) -> None: ...

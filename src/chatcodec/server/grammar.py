@@ -1,0 +1,310 @@
+"""Constrained generation: GBNF grammars (llama.cpp's dialect) from JSON schemas and tool lists.
+
+A grammar is built for three cases:
+
+- ``response_format``: the whole answer is one JSON value for the schema (or any JSON object);
+- ``tool_choice`` ``"required"`` or a named function: the answer is a tool call, written in the syntax
+  the decoder reads, with arguments valid for the tool's parameter schema;
+- ``tool_choice`` ``"auto"``: free text, or a well-formed call.
+
+The generic format (templates with no tool syntax of their own, whose tools are polyfilled) is JSON
+through and through, so its constraint is also given as a JSON schema, for engines that take one::
+
+    {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}    parallel calls allowed
+    {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}       one call
+    {"response": "It is sunny."}                                                 an answer (auto only)
+
+Formats that wrap JSON arguments in markers of their own (Hermes' ``<tool_call>``, Llama 3's bare
+JSON, Mistral's ``[TOOL_CALLS]``, ...) are learned from the template: one call is rendered, and the
+text around the name and the arguments becomes the literal frame of the grammar.
+
+Schemas are followed where a grammar can follow them (types, properties and required keys, enums,
+consts, anyOf/oneOf, local ``$ref``, array items and bounds, string lengths, dates); what a grammar
+cannot follow (patterns, numeric bounds) is left to the jsonschema check after generation.
+
+>>> g = GrammarBuilder()
+>>> print(g.build(g.schema({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}, "args")))
+root ::= args
+args ::= "{" ws "\\"n\\"" ws ":" ws integer ws "}"
+ws ::= | " " | "\\n" [ \\t]{0,20}
+integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
+<BLANKLINE>
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..exceptions import InputError
+
+__all__ = ["GrammarBuilder", "gbnf_literal"]
+
+_PRIMITIVES: dict[str, str] = {
+    "ws": '| " " | "\\n" [ \\t]{0,20}',
+    "char": '[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})',
+    "string": '"\\"" char* "\\""',
+    "integer": '"-"? ("0" | [1-9] [0-9]{0,15})',
+    "number": 'integer ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?',
+    "boolean": '"true" | "false"',
+    "null": '"null"',
+    "value": "object | array | string | number | boolean | null",
+    "object": '"{" ws ( string ws ":" ws value ( ws "," ws string ws ":" ws value )* )? ws "}"',
+    "array": '"[" ws ( value ( ws "," ws value )* )? ws "]"',
+    "date": '"\\"" [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( [0-2] [0-9] | "3" [01] ) "\\""',
+}
+#: which primitives each primitive needs
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "string": ("char",),
+    "number": ("integer",),
+    "value": ("object", "array", "string", "number", "boolean", "null"),
+    "object": ("ws", "string", "value"),
+    "array": ("ws", "value"),
+}
+_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+_NAME_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
+
+
+def gbnf_literal(text: str) -> str:
+    """``text`` as a GBNF string literal.
+
+    >>> print(gbnf_literal('say "hi"\\n'))
+    "say \\"hi\\"\\n"
+    """
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+class GrammarBuilder:
+    """Collects the rules of one grammar; :meth:`schema` turns a JSON schema into a rule name."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, str] = {}
+        self._by_body: dict[str, str] = {}
+        self._refs: dict[str, str] = {}
+        self._root_schema: Mapping[str, Any] = {}
+
+    # --- rules --------------------------------------------------------------------------------------------
+
+    def primitive(self, name: str) -> str:
+        if name not in self._rules:
+            self._rules[name] = _PRIMITIVES[name]
+            for need in _NEEDS.get(name, ()):
+                self.primitive(need)
+        return name
+
+    def rule(self, hint: str, body: str) -> str:
+        """A rule with ``body``, named after ``hint`` (an existing rule with the same body is reused)."""
+        found = self._by_body.get(body)
+        if found is not None:
+            return found
+        name = self._fresh(hint)
+        self._rules[name] = body
+        self._by_body[body] = name
+        return name
+
+    def reserve(self, name: str, body: str) -> None:
+        """Define the rule ``name`` exactly (for rules that refer to each other by name)."""
+        self._rules[name] = body
+
+    def _fresh(self, hint: str) -> str:
+        base = _NAME_CHARS.sub("-", hint).strip("-").lower() or "r"
+        if base in _PRIMITIVES or base == "root":
+            base += "-"
+        name, n = base, 1
+        while name in self._rules:
+            n += 1
+            name = f"{base}{n}"
+        return name
+
+    def build(self, root: str) -> str:
+        """The grammar text, whose start rule ``root`` is ``root`` (a rule name or a rule body)."""
+        used: list[str] = []
+        todo = _references(root)
+        while todo:
+            name = todo.pop(0)
+            if name in self._rules and name not in used:
+                used.append(name)
+                todo += _references(self._rules[name])
+        lines = [f"root ::= {root}"] + [f"{name} ::= {self._rules[name]}" for name in used]
+        return "\n".join(lines) + "\n"
+
+    # --- JSON schemas -------------------------------------------------------------------------------------
+
+    def schema(self, schema: Any, hint: str = "value", *, root: Mapping[str, Any] | None = None) -> str:
+        """The rule name for values valid under ``schema`` (as far as a grammar can say)."""
+        if root is not None and root is not self._root_schema:
+            self._root_schema, self._refs = root, {}
+        elif not self._root_schema and isinstance(schema, Mapping):
+            self._root_schema = schema
+        if schema is True or schema == {}:
+            return self.primitive("value")
+        if schema is False:
+            raise InputError(f"The schema for {hint} is false: no value is valid.")
+        if not isinstance(schema, Mapping):
+            raise InputError(f"The schema for {hint} must be an object, not {type(schema).__name__}.")
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            return self._ref(ref, hint)
+        if "const" in schema:
+            return self.rule(hint, gbnf_literal(_json(schema["const"])))
+        enum = schema.get("enum")
+        if isinstance(enum, list):
+            if not enum:
+                raise InputError(f"The schema for {hint} has an empty enum: no value is valid.")
+            return self.rule(hint, " | ".join(gbnf_literal(_json(v)) for v in enum))
+        for key in ("anyOf", "oneOf"):
+            options = schema.get(key)
+            if isinstance(options, list) and options:
+                rest = {k: v for k, v in schema.items() if k != key}
+                names = [self.schema({**rest, **o} if isinstance(o, Mapping) else o, f"{hint}-{i}") for i, o in enumerate(options)]
+                return self.rule(hint, " | ".join(names))
+        all_of = schema.get("allOf")
+        if isinstance(all_of, list) and all_of:
+            return self.schema(_merge(schema, all_of), hint)
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            kinds = [k for k in kind if k in _TYPES]
+            if not kinds:
+                return self.primitive("value")
+            return self.rule(hint, " | ".join(self.schema({**schema, "type": k}, f"{hint}-{k}") for k in kinds))
+        if kind is None:
+            if "properties" in schema:
+                kind = "object"
+            elif "items" in schema:
+                kind = "array"
+            else:
+                return self.primitive("value")
+        if kind == "object":
+            return self._object(schema, hint)
+        if kind == "array":
+            return self._array(schema, hint)
+        if kind == "string":
+            return self._string(schema, hint)
+        if kind in ("integer", "number", "boolean", "null"):
+            return self.primitive(kind)
+        raise InputError(f"The schema for {hint} has an unknown type {kind!r}.")
+
+    def _ref(self, ref: str, hint: str) -> str:
+        if ref in self._refs:
+            return self._refs[ref]
+        if not ref.startswith("#/"):
+            raise InputError(f"Only local $ref values (#/$defs/...) are supported, not {ref!r}.")
+        target: Any = self._root_schema
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(target, Mapping) or part not in target:
+                raise InputError(f"The $ref {ref!r} points at nothing in the schema.")
+            target = target[part]
+        name = self._fresh(ref.rsplit("/", 1)[-1])
+        self._refs[ref] = name
+        self._rules[name] = ""  # reserved while the body is built (recursive schemas)
+        body = self.schema(target, name + "-def")
+        self._rules[name] = body
+        return name
+
+    def _object(self, schema: Mapping[str, Any], hint: str) -> str:
+        props = schema.get("properties")
+        if not isinstance(props, Mapping) or not props:
+            extra = schema.get("additionalProperties")
+            if isinstance(extra, Mapping) and extra:
+                ws, value = self.primitive("ws"), self.schema(extra, hint + "-value")
+                key = self.primitive("string")
+                kv = f'{key} {ws} ":" {ws} {value}'
+                return self.rule(hint, f'"{{" {ws} ( {kv} ( {ws} "," {ws} {kv} )* )? {ws} "}}"')
+            return self.primitive("object")
+        required = schema.get("required")
+        needed = set(required) if isinstance(required, list) else set()
+        ws = self.primitive("ws")
+        items = []
+        for key, sub in props.items():
+            value = self.schema(sub, f"{hint}-{key}")
+            items.append((f'{gbnf_literal(_json(str(key)))} {ws} ":" {ws} {value}', key in needed))
+        # tail: the keys from i on once a key was written (each after a comma); head: before any was.
+        tail = head = ""
+        for i in range(len(items) - 1, -1, -1):
+            kv, must = items[i]
+            step = f'{ws} "," {ws} {kv}'
+            new_tail = f"{step} {tail}".strip() if must else f"( {step} )? {tail}".strip()
+            first = f"{kv} {tail}".strip()
+            new_head = first if must else (f"{first} | {head}" if head else f"( {first} )?")
+            tail = self.rule(f"{hint}-tail{i}", new_tail) if i else ""
+            head = self.rule(f"{hint}-head{i}", new_head) if i else new_head
+        return self.rule(hint, f'"{{" {ws} ( {head} ) {ws} "}}"' if "|" in head else f'"{{" {ws} {head} {ws} "}}"')
+
+    def _array(self, schema: Mapping[str, Any], hint: str) -> str:
+        items = schema.get("items")
+        item = self.schema(items if items is not None else True, hint + "-item")
+        ws = self.primitive("ws")
+        low = schema.get("minItems") if isinstance(schema.get("minItems"), int) else 0
+        high = schema.get("maxItems") if isinstance(schema.get("maxItems"), int) else None
+        if high is not None and high < low:
+            raise InputError(f"The schema for {hint} has maxItems below minItems.")
+        if high == 0:
+            return self.rule(hint, f'"[" {ws} "]"')
+        more = f'( {ws} "," {ws} {item} )'
+        rest_low = max(low - 1, 0)
+        rest = f"{more}{{{rest_low},{high - 1}}}" if high is not None else (f"{more}{{{rest_low},}}" if rest_low else f"{more}*")
+        body = f"{item} {rest}"
+        return self.rule(hint, f'"[" {ws} {body} {ws} "]"' if low else f'"[" {ws} ( {body} )? {ws} "]"')
+
+    def _string(self, schema: Mapping[str, Any], hint: str) -> str:
+        if schema.get("format") == "date":
+            return self.primitive("date")
+        low = schema.get("minLength") if isinstance(schema.get("minLength"), int) else 0
+        high = schema.get("maxLength") if isinstance(schema.get("maxLength"), int) else None
+        if not low and high is None:
+            return self.primitive("string")
+        char = self.primitive("char")
+        count = f"{{{low},{high}}}" if high is not None else f"{{{low},}}"
+        return self.rule(hint, f'"\\"" {char}{count} "\\""')
+
+
+_LITERALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
+_WORDS = re.compile(r"[a-zA-Z0-9-]+")
+
+
+def _references(body: str) -> list[str]:
+    """The rule names a rule body refers to."""
+    return _WORDS.findall(_LITERALS.sub(" ", body))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _merge(schema: Mapping[str, Any], parts: Sequence[Any]) -> dict[str, Any]:
+    """allOf of object schemas as one object schema (properties and required keys joined)."""
+    merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
+    props: dict[str, Any] = dict(merged.get("properties") or {})
+    required: list[str] = list(merged.get("required") or [])
+    for part in parts:
+        if not isinstance(part, Mapping):
+            continue
+        for key, value in part.items():
+            if key == "properties" and isinstance(value, Mapping):
+                props.update(value)
+            elif key == "required" and isinstance(value, list):
+                required += [r for r in value if r not in required]
+            elif key not in merged:
+                merged[key] = value
+    if props:
+        merged["properties"] = props
+    if required:
+        merged["required"] = required
+    return merged
