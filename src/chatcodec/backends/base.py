@@ -13,7 +13,7 @@ validates. The one protocol, :class:`Backend`, is implemented by the embedded ll
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -87,7 +87,7 @@ class Backend(Protocol):
     @property
     def info(self) -> ModelInfo: ...
 
-    def generate(self, request: Generation) -> AsyncIterator[Chunk]: ...
+    def generate(self, request: Generation) -> AsyncGenerator[Chunk, None]: ...
 
     async def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
 

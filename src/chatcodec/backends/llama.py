@@ -15,9 +15,8 @@ import asyncio
 import codecs
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -91,8 +90,11 @@ class LlamaBackend:
         except (ValueError, RuntimeError) as exc:
             raise LoadError(f"llama.cpp cannot load {path}: {exc}.") from None
         if n_ctx is None and self._llama.n_ctx() > 8192:
-            self._llama = llama_cpp.Llama(model_path=str(path), n_ctx=8192, n_threads=self._llama.n_threads, verbose=False)
-        self._grammar_type = llama_cpp.LlamaGrammar
+            self._llama = llama_cpp.Llama(
+                model_path=str(path), n_ctx=8192, n_threads=self._llama.n_threads, verbose=False
+            )
+        self._llama_cpp = llama_cpp
+        self._grammars: dict[str, Any] = {}
         self._vocab = self._llama._model.vocab
         self._is_eog: Callable[[Any, int], bool] = llama_cpp.llama_vocab_is_eog
         self._info = ModelInfo(
@@ -100,6 +102,26 @@ class LlamaBackend:
         )
         # One worker thread owns the context; its queue is the queue of waiting requests.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chatcodec-llama")
+        #: generations started, and those stopped because their caller went away
+        self.generations = 0
+        self.cancelled = 0
+
+    def _grammar(self, text: str) -> Any:
+        """A grammar llama.cpp has parsed once (a grammar it cannot parse would crash its sampler)."""
+        found = self._grammars.get(text)
+        if found is None:
+            sampler = self._llama_cpp.llama_sampler_init_grammar(self._vocab, text.encode("utf-8"), b"root")
+            if not sampler:
+                raise BackendError("llama.cpp could not parse the grammar made for this request.")
+            self._llama_cpp.llama_sampler_free(sampler)
+            if len(self._grammars) >= 256:
+                self._grammars.clear()
+            found = self._grammars[text] = self._llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+        return found
+
+    def stats(self) -> dict[str, int]:
+        """Counts for the server's ``/stats``."""
+        return {"generations": self.generations, "cancelled": self.cancelled}
 
     @property
     def info(self) -> ModelInfo:
@@ -125,7 +147,7 @@ class LlamaBackend:
         ids: list[int] = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=special)
         return ids
 
-    async def generate(self, request: Generation) -> AsyncIterator[Chunk]:
+    async def generate(self, request: Generation) -> AsyncGenerator[Chunk, None]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Chunk | BaseException] = asyncio.Queue()
         cancel = threading.Event()
@@ -135,20 +157,26 @@ class LlamaBackend:
 
         grammar = None
         if request.constraint is not None:
-            grammar = _grammar(self._grammar_type, request.constraint.grammar)
-        job = loop.run_in_executor(self._worker, self._run, request, grammar, put, cancel)
+            grammar = self._grammar(request.constraint.grammar)
+        loop.run_in_executor(self._worker, self._run, request, grammar, put, cancel)
+        self.generations += 1
+        finished = False
         try:
             while True:
                 item = await queue.get()
                 if isinstance(item, BaseException):
+                    finished = True
                     raise item
                 yield item
                 if item.finish_reason is not None:
+                    finished = True
                     break
         finally:
-            cancel.set()  # the worker stops at its next token; the next request waits in the worker's queue
-            if job.done() and not job.cancelled() and job.exception() is not None:
-                pass  # already reported through the queue
+            if not finished:
+                # the caller went away: the worker stops at its next token, and the next request,
+                # waiting in the worker's queue, starts then
+                cancel.set()
+                self.cancelled += 1
 
     def _run(
         self,
@@ -228,9 +256,3 @@ class LlamaBackend:
         self._worker.shutdown(wait=False, cancel_futures=True)
 
 
-@lru_cache(maxsize=64)
-def _grammar(kind: Any, text: str) -> Any:
-    try:
-        return kind.from_string(text, verbose=False)
-    except (ValueError, RuntimeError) as exc:
-        raise BackendError(f"llama.cpp rejected the generated grammar: {exc}") from None

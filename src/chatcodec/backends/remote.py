@@ -17,7 +17,7 @@ field of its ``/v1/models`` answer unless given:
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal
 
 import httpx
@@ -142,7 +142,7 @@ class RemoteBackend:
         body.update(request.extra)
         return body
 
-    async def generate(self, request: Generation) -> AsyncIterator[Chunk]:
+    async def generate(self, request: Generation) -> AsyncGenerator[Chunk, None]:
         await self.connect()
         body = self.body(request)
         finish: str | None = None
@@ -267,6 +267,4 @@ def _refused(response: httpx.Response) -> BackendError:
         detail = _message(response.json())
     except ValueError:
         detail = response.text[:500]
-    return BackendError(
-        f"The backend answered {response.status_code}: {detail}", status=response.status_code
-    )
+    return BackendError(f"The backend answered {response.status_code}: {detail}", status=response.status_code)

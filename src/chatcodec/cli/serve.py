@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 
 from ..exceptions import InputError, LoadError
@@ -40,8 +41,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     parser.add_argument("--served-model-name", metavar="NAME", help="the model id clients see")
-    parser.add_argument("--tool-call-parser", metavar="FORMAT", help="output format to decode (default: from the template)")
-    parser.add_argument("--reasoning-parser", metavar="NAME", help="accepted for vLLM compatibility; the template decides")
+    parser.add_argument(
+        "--tool-call-parser", metavar="FORMAT", help="output format to decode (default: from the template)"
+    )
+    parser.add_argument(
+        "--reasoning-parser", metavar="NAME", help="accepted for vLLM compatibility; the template decides"
+    )
     parser.add_argument(
         "--enable-auto-tool-choice", action="store_true", help="accepted for vLLM compatibility (always on)"
     )
@@ -65,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         from ..backends import Backend, LlamaBackend, RemoteBackend
         from ..server import create_app
     except ImportError as exc:
-        raise LoadError(f"chatcodec serve needs the serve extra ({exc.name} is missing): pip install 'chatcodec[serve]'.") from None
+        raise LoadError(
+            f"chatcodec serve needs the serve extra ({exc.name} is missing): pip install 'chatcodec[serve]'."
+        ) from None
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
     backend: Backend
@@ -73,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
         if not args.template:
             raise InputError("--backend needs --template NAME|PATH: the remote engine does not say its chat template.")
         template = load_template(args.template)
-        backend = RemoteBackend(args.backend, model=args.served_model_name, dialect=args.structured_outputs, timeout=args.timeout)
+        backend = RemoteBackend(
+            args.backend, model=args.served_model_name, dialect=args.structured_outputs, timeout=args.timeout
+        )
     else:
         print("chatcodec: loading the model ...", file=sys.stderr, flush=True)
         llama = LlamaBackend(args.model, n_ctx=args.ctx_size, n_threads=args.threads, name=args.served_model_name)
@@ -87,17 +96,9 @@ def run(args: argparse.Namespace) -> int:
         polyfill=False if args.no_polyfill else "auto",
     )
     if isinstance(backend, RemoteBackend):
-        try:
-            asyncio.run(_check(backend))
-        except Exception:
-            pass  # reported per request (502) until the backend is up
+        with contextlib.suppress(Exception):  # a backend that is not up yet: 502 per request until it is
+            asyncio.run(backend.connect())
     common.flush_notes()
     print(f"chatcodec: serving {backend.info.id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
-
-
-async def _check(backend: object) -> None:
-    connect = getattr(backend, "connect", None)
-    if connect is not None:
-        await connect()

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -121,7 +121,12 @@ def create_app(
         body = await _read_json(request, max_body)
         req = parse_completion(body)
         generation = Generation(
-            req.prompt, max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop, seed=req.seed
+            req.prompt,
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            stop=req.stop,
+            seed=req.seed,
         )
         cid, created = "cmpl-" + hex(time.time_ns())[2:], int(time.time())
 
@@ -149,7 +154,8 @@ def create_app(
                         if chunk.finish_reason is not None:
                             if req.include_usage:
                                 usage = _usage(chunk)
-                                yield f"data: {json.dumps({**payload('', None), 'choices': [], 'usage': usage})}\n\n".encode()
+                                tail = {**payload("", None), "choices": [], "usage": usage}
+                                yield f"data: {json.dumps(tail)}\n\n".encode()
                             break
                         chunk = await anext(gen, None)
                     yield b"data: [DONE]\n\n"
@@ -195,9 +201,10 @@ def create_app(
             except ChatcodecError as exc:
                 raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
         else:
-            text = body.get("prompt")
-            if not isinstance(text, str):
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
                 raise APIError(400, "prompt must be a string (or give messages).", param="prompt")
+            text = prompt
         ids = await backend.tokenize(text)
         answer: dict[str, Any] = {"count": len(ids), "max_model_len": backend.info.context_length, "tokens": ids}
         if body.get("return_token_strs"):
@@ -213,14 +220,24 @@ def create_app(
 
     async def models(request: Request) -> Response:
         info = backend.info
-        card = {"id": name, "object": "model", "created": 0, "owned_by": "chatcodec", "max_model_len": info.context_length}
+        card = {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "chatcodec",
+            "max_model_len": info.context_length,
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     async def health(request: Request) -> Response:
         return Response(status_code=200)
 
     async def stats(request: Request) -> Response:
-        return JSONResponse(service.overhead.summary())
+        summary = service.overhead.summary()
+        backend_stats = getattr(backend, "stats", None)
+        if callable(backend_stats):
+            summary["backend"] = backend_stats()
+        return JSONResponse(summary)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -246,7 +263,7 @@ def create_app(
     return app
 
 
-async def _first(gen: AsyncIterator[Chunk]) -> Chunk | None:
+async def _first(gen: AsyncGenerator[Chunk, None]) -> Chunk | None:
     try:
         return await anext(gen)
     except StopAsyncIteration:

@@ -163,7 +163,9 @@ class ChatService:
         try:
             if req.tools and req.tool_choice not in ("none", "auto"):
                 frame = self._frame(format_name, kwargs)
-                found = tool_constraint(format_name, req.tools, req.tool_choice, parallel=req.parallel_tool_calls, frame=frame)
+                found = tool_constraint(
+                    format_name, req.tools, req.tool_choice, parallel=req.parallel_tool_calls, frame=frame
+                )
                 if found is None:
                     return None
                 return found
@@ -206,7 +208,13 @@ class ChatService:
                 valid.append(call)
             else:
                 invalid.append(
-                    {"index": index, "name": call.name, "arguments": call.arguments_json, "raw": call.raw, "error": error}
+                    {
+                        "index": index,
+                        "name": call.name,
+                        "arguments": call.arguments_json,
+                        "raw": call.raw,
+                        "error": error,
+                    }
                 )
         return valid, invalid
 
@@ -238,7 +246,11 @@ class ChatService:
                 message["reasoning_content"] = msg.reasoning_content
             if valid:
                 calls = [
-                    {"id": ids.get(c.id, i), "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+                    {
+                        "id": ids.get(c.id, i),
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments_json},
+                    }
                     for i, c in enumerate(valid)
                 ]
                 if plan.request.legacy:
@@ -280,7 +292,8 @@ class ChatService:
         clock = _Clock()
         req = plan.request
         cid, created = _completion_id(), int(time.time())
-        head = f'{{"id": "{cid}", "object": "chat.completion.chunk", "created": {created}, "model": {json.dumps(self.model)}, '
+        model = json.dumps(self.model)
+        head = f'{{"id": "{cid}", "object": "chat.completion.chunk", "created": {created}, "model": {model}, '
         usage_null = ', "usage": null' if req.include_usage else ""
 
         def event(delta: Mapping[str, Any], finish: str | None = None) -> bytes:

@@ -171,7 +171,9 @@ def _generic(tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: 
     call = g.rule("any-call", " | ".join(calls))
     call_schema: dict[str, Any] = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     if parallel:
-        root = f'"{{" {ws} "\\"tool_calls\\"" {ws} ":" {ws} "[" {ws} {call} ( {ws} "," {ws} {call} )* {ws} "]" {ws} "}}"'
+        root = (
+            f'"{{" {ws} "\\"tool_calls\\"" {ws} ":" {ws} "[" {ws} {call} ( {ws} "," {ws} {call} )* {ws} "]" {ws} "}}"'
+        )
         schema: dict[str, Any] = {
             "type": "object",
             "properties": {"tool_calls": {"type": "array", "items": call_schema, "minItems": 1}},
@@ -196,7 +198,7 @@ def _generic(tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: 
     return Constraint(g.build(root), schema, what)
 
 
-def _framed(frame: Frame, tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: bool) -> Constraint:
+def _framed(frame: Frame, tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: bool) -> Constraint | None:
     g = GrammarBuilder()
     ws = g.primitive("ws")
     ident = g.rule("call-id", "[a-zA-Z0-9]{9}")

@@ -26,7 +26,7 @@ cannot follow (patterns, numeric bounds) is left to the jsonschema check after g
 >>> print(g.build(g.schema({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}, "args")))
 root ::= args
 args ::= "{" ws "\\"n\\"" ws ":" ws integer ws "}"
-ws ::= | " " | "\\n" [ \\t]{0,20}
+ws ::= | " "
 integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
 <BLANKLINE>
 """
@@ -43,7 +43,7 @@ from ..exceptions import InputError
 __all__ = ["GrammarBuilder", "gbnf_literal"]
 
 _PRIMITIVES: dict[str, str] = {
-    "ws": '| " " | "\\n" [ \\t]{0,20}',
+    "ws": '| " "',
     "char": '[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})',
     "string": '"\\"" char* "\\""',
     "integer": '"-"? ("0" | [1-9] [0-9]{0,15})',
@@ -172,7 +172,10 @@ class GrammarBuilder:
             options = schema.get(key)
             if isinstance(options, list) and options:
                 rest = {k: v for k, v in schema.items() if k != key}
-                names = [self.schema({**rest, **o} if isinstance(o, Mapping) else o, f"{hint}-{i}") for i, o in enumerate(options)]
+                names = [
+                    self.schema({**rest, **o} if isinstance(o, Mapping) else o, f"{hint}-{i}")
+                    for i, o in enumerate(options)
+                ]
                 return self.rule(hint, " | ".join(names))
         all_of = schema.get("allOf")
         if isinstance(all_of, list) and all_of:
@@ -251,15 +254,20 @@ class GrammarBuilder:
         items = schema.get("items")
         item = self.schema(items if items is not None else True, hint + "-item")
         ws = self.primitive("ws")
-        low = schema.get("minItems") if isinstance(schema.get("minItems"), int) else 0
-        high = schema.get("maxItems") if isinstance(schema.get("maxItems"), int) else None
+        min_items, max_items = schema.get("minItems"), schema.get("maxItems")
+        low: int = min_items if isinstance(min_items, int) else 0
+        high: int | None = max_items if isinstance(max_items, int) else None
         if high is not None and high < low:
             raise InputError(f"The schema for {hint} has maxItems below minItems.")
         if high == 0:
             return self.rule(hint, f'"[" {ws} "]"')
         more = f'( {ws} "," {ws} {item} )'
         rest_low = max(low - 1, 0)
-        rest = f"{more}{{{rest_low},{high - 1}}}" if high is not None else (f"{more}{{{rest_low},}}" if rest_low else f"{more}*")
+        rest = (
+            f"{more}{{{rest_low},{high - 1}}}"
+            if high is not None
+            else (f"{more}{{{rest_low},}}" if rest_low else f"{more}*")
+        )
         body = f"{item} {rest}"
         return self.rule(hint, f'"[" {ws} {body} {ws} "]"' if low else f'"[" {ws} ( {body} )? {ws} "]"')
 

@@ -8,10 +8,11 @@ tool calls here, so the rest of the server sees one form.
 >>> req = parse_chat({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5})
 >>> req.max_tokens, req.tool_choice, req.stream
 (5, 'none', False)
->>> parse_chat({"messages": [{"role": "robot", "content": "Hi"}]})
-Traceback (most recent call last):
-  ...
-chatcodec.server.errors.APIError: messages[0].role must be one of system, developer, user, assistant, tool, function, not 'robot'.
+>>> try:
+...     parse_chat({"messages": [{"role": "robot", "content": "Hi"}]})
+... except APIError as exc:
+...     print(exc.status, exc.param)
+400 messages[0].role
 """
 
 from __future__ import annotations
@@ -78,8 +79,12 @@ def _fail(param: str, message: str) -> APIError:
 
 
 def _type_name(value: Any) -> str:
-    return "null" if value is None else {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
-        type(value), "number" if isinstance(value, int | float) else type(value).__name__
+    return (
+        "null"
+        if value is None
+        else {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
+            type(value), "number" if isinstance(value, int | float) else type(value).__name__
+        )
     )
 
 
@@ -182,7 +187,9 @@ def parse_chat(body: Any) -> ChatRequest:
         reserved = {"messages", "tools", "add_generation_prompt", "documents"} & set(kwargs)
         if reserved:
             key = sorted(reserved)[0]
-            raise _fail(f"chat_template_kwargs.{key}", f"chat_template_kwargs may not set {key}; use the request field.")
+            raise _fail(
+                f"chat_template_kwargs.{key}", f"chat_template_kwargs may not set {key}; use the request field."
+            )
     return ChatRequest(
         messages=messages,
         tools=tools or None,
@@ -402,7 +409,9 @@ def _response_format(value: Any) -> ResponseFormat | None:
     if kind == "json_object":
         return ResponseFormat("json_object")
     if kind != "json_schema":
-        raise _fail("response_format.type", f"response_format.type must be text, json_object or json_schema, not {kind!r}.")
+        raise _fail(
+            "response_format.type", f"response_format.type must be text, json_object or json_schema, not {kind!r}."
+        )
     spec = _object(value.get("json_schema"), "response_format.json_schema")
     schema = spec.get("schema")
     if schema is None:

@@ -1,0 +1,129 @@
+"""``chatcodec serve`` with no arguments: the embedded SmolLM2 model, driven by the official client."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from .checks import SMOL_PROMPT, ChatChecks, client_for
+from .conftest import Server, chatcodec_serve
+
+
+class TestEmbedded(ChatChecks):
+    @pytest.fixture
+    def server(self, embedded: Server) -> Server:
+        return embedded
+
+
+@pytest.fixture(scope="module")
+def qwen3_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The embedded model with the built-in Qwen3 template, which reads enable_thinking."""
+    server = chatcodec_serve(tmp_path_factory.mktemp("qwen3"), "--template", "qwen3", name="qwen3-template")
+    yield server
+    server.stop()
+
+
+def test_models_and_health(embedded: Server) -> None:
+    models = client_for(embedded).models.list()
+    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct"]
+    assert httpx.get(embedded.url + "/health", timeout=30).status_code == 200
+
+
+def test_enable_thinking_reaches_the_template(qwen3_template: Server, vocabulary: object) -> None:
+    messages = [{"role": "user", "content": "Hi"}]
+    on = httpx.post(qwen3_template.url + "/tokenize", json={"messages": messages}, timeout=30).json()
+    off = httpx.post(
+        qwen3_template.url + "/tokenize",
+        json={"messages": messages, "chat_template_kwargs": {"enable_thinking": False}},
+        timeout=30,
+    ).json()
+    # Qwen3's template closes an empty think block in the prompt when thinking is off.
+    prompt_off = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert off["tokens"] == vocabulary.tokenize(prompt_off.encode(), add_bos=False, special=True)  # type: ignore[attr-defined]
+    assert on["tokens"] == off["tokens"][: on["count"]] and on["count"] < off["count"]
+    client = client_for(qwen3_template)
+    answer = client.chat.completions.create(
+        model="x",
+        messages=messages,
+        max_tokens=4,
+        temperature=0,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )
+    assert answer.usage.prompt_tokens == off["count"]
+
+
+def test_tokenize_and_detokenize(embedded: Server, vocabulary: object) -> None:
+    text = SMOL_PROMPT.format("Hello")
+    answer = httpx.post(embedded.url + "/tokenize", json={"prompt": text}, timeout=30).json()
+    assert answer["tokens"] == vocabulary.tokenize(text.encode(), add_bos=False, special=True)  # type: ignore[attr-defined]
+    chat = httpx.post(embedded.url + "/tokenize", json={"messages": [{"role": "user", "content": "Hello"}]}, timeout=30)
+    assert chat.json()["tokens"] == answer["tokens"]
+    back = httpx.post(embedded.url + "/detokenize", json={"tokens": answer["tokens"]}, timeout=30).json()
+    assert back["prompt"] == text
+
+
+def test_raw_completions(embedded: Server) -> None:
+    client = client_for(embedded)
+    whole = client.completions.create(
+        model="x", prompt=SMOL_PROMPT.format("Count to five."), max_tokens=6, temperature=0
+    )
+    assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 6
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(
+            model="x", prompt=SMOL_PROMPT.format("Count to five."), max_tokens=6, temperature=0, stream=True
+        )
+        if c.choices
+    )
+    assert streamed == whole.choices[0].text
+
+
+def test_disconnect_cancels_generation(embedded: Server) -> None:
+    before = embedded.get("/stats")["backend"]["cancelled"]
+    body = {
+        "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
+        "max_tokens": 1500,
+        "stream": True,
+    }
+    with httpx.stream("POST", embedded.url + "/v1/chat/completions", json=body, timeout=60) as response:
+        lines = response.iter_lines()
+        seen = [next(lines) for _ in range(6)]
+        assert all(not line or line.startswith("data:") for line in seen)
+    deadline = time.monotonic() + 60
+    while embedded.get("/stats")["backend"]["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert embedded.get("/stats")["backend"]["cancelled"] == before + 1
+    # the model is free again at once: a short request completes
+    answer = client_for(embedded).chat.completions.create(
+        model="x", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
+    )
+    assert answer.usage.completion_tokens <= 3
+
+
+def test_concurrent_requests_queue_for_the_model(embedded: Server) -> None:
+    import concurrent.futures
+
+    client = client_for(embedded)
+
+    def ask(i: int) -> str:
+        answer = client.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": f"Say the number {i}."}], max_tokens=8, temperature=0
+        )
+        return answer.choices[0].message.content or ""
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(ask, range(4)))
+    assert together == [ask(i) for i in range(4)]
+
+
+def test_the_log_has_no_traceback(embedded: Server) -> None:
+    assert "Traceback" not in Path(embedded.log).read_text(errors="replace")
+    with pytest.raises(openai.BadRequestError):
+        client_for(embedded).chat.completions.create(model="x", messages=[], max_tokens=3)
+    assert json.dumps(embedded.get("/stats"))
