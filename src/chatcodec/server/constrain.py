@@ -170,30 +170,22 @@ def _generic(tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: 
         )
     call = g.rule("any-call", " | ".join(calls))
     call_schema: dict[str, Any] = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    if parallel:
-        root = (
-            f'"{{" {ws} "\\"tool_calls\\"" {ws} ":" {ws} "[" {ws} {call} ( {ws} "," {ws} {call} )* {ws} "]" {ws} "}}"'
-        )
-        schema: dict[str, Any] = {
-            "type": "object",
-            "properties": {"tool_calls": {"type": "array", "items": call_schema, "minItems": 1}},
-            "required": ["tool_calls"],
-        }
-    else:
-        root = f'"{{" {ws} "\\"tool_call\\"" {ws} ":" {ws} {call} {ws} "}}"'
-        schema = {"type": "object", "properties": {"tool_call": call_schema}, "required": ["tool_call"]}
+    more = f' ( {ws} "," {ws} {call} )*' if parallel else ""
+    root = f'"{{" {ws} "\\"tool_calls\\"" {ws} ":" {ws} "[" {ws} {call}{more} {ws} "]" {ws} "}}"'
+    calls_schema: dict[str, Any] = {"type": "array", "items": call_schema, "minItems": 1}
+    if not parallel:
+        calls_schema["maxItems"] = 1
+    schema: dict[str, Any] | None = {
+        "type": "object",
+        "properties": {"tool_calls": calls_schema},
+        "required": ["tool_calls"],
+    }
     what = "a call to " + " or ".join(t["function"]["name"] for t in tools)
     if allow_text:
-        text = g.primitive("string")
-        answer = g.rule("answer", f'"{{" {ws} "\\"response\\"" {ws} ":" {ws} {text} {ws} "}}"')
-        calls_rule = g.rule("calls", root)
-        root = f"{calls_rule} | {answer}"
-        schema = {
-            "anyOf": [
-                schema,
-                {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]},
-            ]
-        }
+        # "Otherwise, reply normally": an answer is text that does not open a JSON object.
+        answer = g.rule("answer", '[^{ \\t\\n\\r] [^\\x00]*')
+        root = f"{g.rule('calls', root)} | {answer}"
+        schema = None
         what = "an answer or " + what
     return Constraint(g.build(root), schema, what)
 

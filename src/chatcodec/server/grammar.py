@@ -7,12 +7,14 @@ A grammar is built for three cases:
   the decoder reads, with arguments valid for the tool's parameter schema;
 - ``tool_choice`` ``"auto"``: free text, or a well-formed call.
 
-The generic format (templates with no tool syntax of their own, whose tools are polyfilled) is JSON
-through and through, so its constraint is also given as a JSON schema, for engines that take one::
+The calls of the generic format (templates with no tool syntax of their own, whose tools are
+polyfilled) are one JSON object, so their constraint is also given as a JSON schema, for engines that
+take one::
 
-    {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}    parallel calls allowed
-    {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}       one call
-    {"response": "It is sunny."}                                                 an answer (auto only)
+    {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}, ...]}
+
+and, with ``"auto"``, plain text that does not start with ``{`` (the polyfilled system text tells the
+model to "reply normally" when it calls no tool).
 
 Formats that wrap JSON arguments in markers of their own (Hermes' ``<tool_call>``, Llama 3's bare
 JSON, Mistral's ``[TOOL_CALLS]``, ...) are learned from the template: one call is rendered, and the
