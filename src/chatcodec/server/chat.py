@@ -22,7 +22,7 @@ from ..backends import Backend, Chunk, Constraint, Generation
 from ..decoders import Decoder, Delta, ToolCall, decoder, decoder_for
 from ..exceptions import ChatcodecError, InputError, TemplateError
 from ..render import ChatTemplate
-from .constrain import Frame, learn_frame, response_constraint, tool_constraint
+from .constrain import Frame, learn_frame, response_constraint, text_constraint, tool_constraint
 from .errors import APIError
 from .protocol import ChatRequest
 
@@ -174,6 +174,8 @@ class ChatService:
             if req.tools and req.tool_choice == "auto":
                 frame = self._frame(format_name, kwargs)
                 return tool_constraint(format_name, req.tools, "auto", parallel=req.parallel_tool_calls, frame=frame)
+            if req.tools and req.tool_choice == "none" and format_name == "generic":
+                return text_constraint()
         except InputError as exc:
             raise APIError(400, f"Cannot constrain generation to the schema: {exc}", param="tools") from None
         return None

@@ -24,7 +24,7 @@ from ..render import ChatTemplate
 from .grammar import GrammarBuilder, gbnf_literal
 from .protocol import ResponseFormat
 
-__all__ = ["Frame", "learn_frame", "response_constraint", "tool_constraint"]
+__all__ = ["Frame", "learn_frame", "response_constraint", "text_constraint", "tool_constraint"]
 
 _PROBE_NAME = "get_weather"
 _PROBE_ARGS = {"city": "Paris"}
@@ -183,11 +183,20 @@ def _generic(tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: 
     what = "a call to " + " or ".join(t["function"]["name"] for t in tools)
     if allow_text:
         # "Otherwise, reply normally": an answer is text that does not open a JSON object.
-        answer = g.rule("answer", '[^{ \\t\\n\\r] [^\\x00]*')
+        answer = g.rule("answer", _PLAIN_TEXT)
         root = f"{g.rule('calls', root)} | {answer}"
         schema = None
         what = "an answer or " + what
     return Constraint(g.build(root), schema, what)
+
+
+#: an answer in the generic protocol: text that does not open a JSON object (which would be a call)
+_PLAIN_TEXT = '[^{ \\t\\n\\r] [^\\x00]*'
+
+
+def text_constraint() -> Constraint:
+    """``tool_choice`` "none" in the generic protocol: a plain answer, never the JSON of a call."""
+    return Constraint(f"root ::= {_PLAIN_TEXT}\n", None, "an answer without tool calls")
 
 
 def _framed(frame: Frame, tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: bool) -> Constraint | None:
