@@ -188,7 +188,12 @@ class ChatChecks:
             {"role": "function", "name": "get_current_temperature", "content": '{"temperature": 26.1}'},
         ]
         final = client.chat.completions.create(
-            model=self.model(client), messages=history, functions=functions, max_tokens=30, temperature=0
+            model=self.model(client),
+            messages=history,
+            functions=functions,
+            function_call="none",
+            max_tokens=30,
+            temperature=0,
         )
         assert final.choices[0].message.function_call is None
         assert (final.choices[0].message.content or "").strip()

@@ -254,5 +254,3 @@ class LlamaBackend:
 
     async def aclose(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
-
-

