@@ -77,9 +77,9 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "AssistantMessage",
-    "Capabilities",
     "BackendError",
     "BackendTimeoutError",
+    "Capabilities",
     "ChatTemplate",
     "ChatcodecError",
     "Codec",

@@ -193,10 +193,13 @@ def create_app(
             chat_body = {k: v for k, v in body.items() if k in ("messages", "tools", "chat_template_kwargs")}
             req = parse_chat(chat_body)
             kwargs = dict(req.chat_template_kwargs)
-            extra: dict[str, Any] = {"polyfill": polyfill} if service._render_polyfill else {}
             try:
                 text = template.render(
-                    req.messages, tools=req.tools, add_generation_prompt=add_generation_prompt, **extra, **kwargs
+                    req.messages,
+                    tools=req.tools,
+                    add_generation_prompt=add_generation_prompt,
+                    polyfill=polyfill,
+                    **kwargs,
                 )
             except ChatcodecError as exc:
                 raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None

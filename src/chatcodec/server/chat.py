@@ -8,7 +8,6 @@ stream of chunks. It keeps its own time apart from the backend's, per request (:
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import secrets
 import time
@@ -85,13 +84,6 @@ class Plan:
     constrained: bool = False
 
 
-def _accepts(func: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 class ChatService:
     """Chat completions over ``backend`` with ``template``.
 
@@ -117,8 +109,6 @@ class ChatService:
         self.polyfill = polyfill
         self.default_max_tokens = default_max_tokens
         self.overhead = Overhead()
-        self._render_polyfill = _accepts(template.render, "polyfill")
-        self._decode_polyfill = _accepts(decoder_for, "polyfill")
 
     # --- planning -----------------------------------------------------------------------------------------
 
@@ -126,9 +116,10 @@ class ChatService:
         """Render the prompt and choose the decoder and the constraint (400 errors for bad input)."""
         kwargs = dict(req.chat_template_kwargs)
         tools = req.tools
-        extra: dict[str, Any] = {"polyfill": self.polyfill} if self._render_polyfill else {}
         try:
-            prompt = self.template.render(req.messages, tools=tools, add_generation_prompt=True, **extra, **kwargs)
+            prompt = self.template.render(
+                req.messages, tools=tools, add_generation_prompt=True, polyfill=self.polyfill, **kwargs
+            )
         except TemplateError as exc:
             raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
         except ChatcodecError as exc:
@@ -155,8 +146,8 @@ class ChatService:
         try:
             if self.tool_parser is not None:
                 return decoder(self.tool_parser, tools=tools, template=self.template, enable_thinking=thinking)
-            extra: dict[str, Any] = {"polyfill": self.polyfill} if self._decode_polyfill and req.tools else {}
-            return decoder_for(self.template, tools=tools, enable_thinking=thinking, **extra)
+            polyfill = self.polyfill if req.tools else False
+            return decoder_for(self.template, tools=tools, enable_thinking=thinking, polyfill=polyfill)
         except ChatcodecError as exc:
             raise APIError(400, str(exc), param="chat_template_kwargs") from None
 
