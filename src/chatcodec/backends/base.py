@@ -52,8 +52,6 @@ class Generation:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     constraint: Constraint | None = None
-    #: the caller reads chunks as they come; when False a remote backend may fetch the whole answer at once
-    stream: bool = True
     #: extra fields passed through to a remote backend as they are (ignored by the embedded one)
     extra: Mapping[str, Any] = field(default_factory=dict)
 

@@ -145,18 +145,6 @@ class RemoteBackend:
     async def generate(self, request: Generation) -> AsyncGenerator[Chunk, None]:
         await self.connect()
         body = self.body(request)
-        if not request.stream:
-            body["stream"] = False
-            body.pop("stream_options", None)
-            answer = await self._json("POST", "/v1/completions", body)
-            choices = answer.get("choices")
-            choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
-            text = choice.get("text")
-            if not isinstance(text, str):
-                raise BackendError(f"The backend at {self.base_url} answered a completion without text.")
-            whole = answer.get("usage") if isinstance(answer.get("usage"), Mapping) else None
-            yield await self._last(request, text, choice.get("finish_reason"), whole, None)
-            return
         finish: str | None = None
         usage: Mapping[str, Any] | None = None
         events = 0
@@ -196,8 +184,9 @@ class RemoteBackend:
     async def _last(
         self, request: Generation, text: str, finish: Any, usage: Mapping[str, Any] | None, events: int | None
     ) -> Chunk:
-        """The final chunk, with the engine's usage; an engine that reports none in its stream (llama-cpp-python)
-        gets the prompt counted by its tokenize endpoint and the completion by its token events."""
+        """The final chunk, with the engine's usage. An engine that reports none in its stream
+        (llama-cpp-python's server) gets the prompt counted by its own tokenize endpoint and the completion
+        by its stream events, one per token there."""
         prompt_tokens = usage.get("prompt_tokens") if usage else None
         completion_tokens = usage.get("completion_tokens") if usage else None
         if not isinstance(prompt_tokens, int):

@@ -7,7 +7,6 @@ stream of chunks. It keeps its own time apart from the backend's, per request (:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import secrets
 import time
@@ -214,7 +213,6 @@ class ChatService:
 
     async def complete(self, plan: Plan) -> dict[str, Any]:
         """The whole answer (``chat.completion``)."""
-        plan.generation = dataclasses.replace(plan.generation, stream=False)
         clock = _Clock()
         stream = plan.decoder.stream()
         last: Chunk | None = None
