@@ -20,7 +20,11 @@ def _command_lines() -> list[str]:
     blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     # commands that need a server or a network are left to their own tests
-    return [line for line in lines if re.match(r"(echo .*\| )?chatcodec ", line) and "--url" not in line]
+    return [
+        line
+        for line in lines
+        if re.match(r"(echo .*\| )?chatcodec ", line) and "--url" not in line and not line.startswith("chatcodec serve")
+    ]
 
 
 COMMAND_LINES = _command_lines()
