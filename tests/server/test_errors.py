@@ -187,7 +187,7 @@ def test_backend_timeout_is_504(tmp_path_factory: pytest.TempPathFactory) -> Non
     silent = SilentBackend()
     gateway = chatcodec_serve(
         tmp_path_factory.mktemp("timeout"),
-        "--backend", f"http://127.0.0.1:{silent.port}", "--template", "qwen3", "--timeout", "1",
+        "--backend", f"http://127.0.0.1:{silent.port}", "--template", "qwen3", "--backend-timeout", "1",
         name="timeout",
     )  # fmt: skip
     try:

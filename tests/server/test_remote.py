@@ -36,7 +36,7 @@ def test_backend_killed_mid_stream_gives_an_error_event(tmp_path_factory: pytest
     tmp = tmp_path_factory.mktemp("killed")
     engine = llama_cpp_server(tmp, name="doomed-engine")
     gateway = chatcodec_serve(
-        tmp, "--backend", engine.url, "--template", str(gguf()), "--timeout", "20", name="gateway"
+        tmp, "--backend", engine.url, "--template", str(gguf()), "--backend-timeout", "20", name="gateway"
     )
     try:
         client = client_for(gateway)

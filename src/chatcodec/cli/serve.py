@@ -49,15 +49,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--enable-auto-tool-choice", action="store_true", help="accepted for vLLM compatibility (always on)"
     )
     parser.add_argument("--no-polyfill", action="store_true", help="render templates exactly, without polyfills")
-    parser.add_argument("--ctx-size", type=int, metavar="N", help="embedded model: context size in tokens")
-    parser.add_argument("--threads", type=int, metavar="N", help="embedded model: CPU threads")
+    parser.add_argument(
+        "--ctx-size", type=common.positive_int, metavar="N", help="embedded model: context size in tokens"
+    )
+    parser.add_argument("--threads", type=common.positive_int, metavar="N", help="embedded model: CPU threads")
     parser.add_argument(
         "--structured-outputs",
         default="auto",
         choices=("auto", "llama.cpp", "vllm", "sglang", "none"),
         help="remote backend: how to send grammars (default: found from its /v1/models)",
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="remote backend: read timeout in seconds")
+    parser.add_argument(
+        "--backend-timeout",
+        type=common.positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="remote backend: longest wait for its next token (default: 60)",
+    )
+    common.add_limit_options(parser)
     parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
 
 
@@ -74,17 +83,17 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
     backend: Backend
+    template = common.with_limits(load_template(args.template), args) if args.template else None
     if args.backend:
-        if not args.template:
+        if template is None:
             raise InputError("--backend needs --template NAME|PATH: the remote engine does not say its chat template.")
-        template = load_template(args.template)
         backend = RemoteBackend(
-            args.backend, model=args.served_model_name, dialect=args.structured_outputs, timeout=args.timeout
+            args.backend, model=args.served_model_name, dialect=args.structured_outputs, timeout=args.backend_timeout
         )
     else:
         print("chatcodec: loading the model ...", file=sys.stderr, flush=True)
         llama = LlamaBackend(args.model, n_ctx=args.ctx_size, n_threads=args.threads, name=args.served_model_name)
-        template = load_template(args.template) if args.template else llama.template
+        template = template if template is not None else common.with_limits(llama.template, args)
         backend = llama
     app = create_app(
         backend,

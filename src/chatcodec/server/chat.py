@@ -57,8 +57,8 @@ class _Clock:
 
     __slots__ = ("_since", "total")
 
-    def __init__(self) -> None:
-        self.total = 0.0
+    def __init__(self, already: float = 0.0) -> None:
+        self.total = already
         self._since: float | None = time.perf_counter()
 
     def pause(self) -> None:
@@ -81,6 +81,8 @@ class Plan:
     decoder: Decoder
     tools: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     constrained: bool = False
+    #: the gateway's time spent before generation (reading the request, rendering, the grammar), in seconds
+    setup: float = 0.0
 
 
 class ChatService:
@@ -213,7 +215,7 @@ class ChatService:
 
     async def complete(self, plan: Plan) -> dict[str, Any]:
         """The whole answer (``chat.completion``)."""
-        clock = _Clock()
+        clock = _Clock(plan.setup)
         stream = plan.decoder.stream()
         last: Chunk | None = None
         try:
@@ -282,7 +284,7 @@ class ChatService:
 
     async def stream(self, plan: Plan, gen: Any, first: Chunk | None) -> AsyncIterator[bytes]:
         """The answer as server-sent events, ending with ``data: [DONE]``."""
-        clock = _Clock()
+        clock = _Clock(plan.setup)
         req = plan.request
         cid, created = _completion_id(), int(time.time())
         model = json.dumps(self.model)
