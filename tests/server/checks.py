@@ -24,7 +24,8 @@ QUESTION = "What's the temperature in San Francisco now? How about tomorrow? Cur
 
 
 def client_for(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+    # generous: a busy 2-core machine runs the 135M model at a few tokens per second
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=600, max_retries=0)
 
 
 def schemas() -> dict[str, dict[str, Any]]:
@@ -229,3 +230,34 @@ class ChatChecks:
             (answer.choices[0].message.content or "").encode(), add_bos=False, special=False
         )
         assert len(generated) <= 5
+
+    def test_cut_off_call_is_never_a_call(self, client: openai.OpenAI) -> None:
+        """A call cut off by max_tokens is not sent as a call, and its text is kept: in content, or in
+        ``invalid_tool_calls`` with the reason (the last stream event names it too)."""
+        params: dict[str, Any] = {
+            "model": self.model(client),
+            "messages": [{"role": "user", "content": QUESTION}],
+            "tools": temperature_tools(),
+            "tool_choice": "required",
+            "max_tokens": 14,  # the call cannot be finished
+            "temperature": 0,
+        }
+        choice = client.chat.completions.create(**params).choices[0]
+        assert choice.finish_reason == "length"
+        assert not choice.message.tool_calls
+        invalid = (choice.message.model_extra or {}).get("invalid_tool_calls") or []
+        kept = (choice.message.content or "") + "".join(entry["raw"] for entry in invalid)
+        assert '"tool_calls"' in kept
+        for entry in invalid:
+            assert entry["name"] in schemas() and entry["error"]
+        last = None
+        content = ""
+        for chunk in client.chat.completions.create(**params, stream=True):
+            for streamed in chunk.choices:
+                content += streamed.delta.content or ""
+                if streamed.finish_reason:
+                    last = streamed
+        assert last is not None and last.finish_reason == "length"
+        notices = (last.delta.model_extra or {}).get("invalid_tool_calls") or []
+        assert [n["index"] for n in notices] == [e["index"] for e in invalid]
+        assert content == (choice.message.content or "")

@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..backends import Backend, Chunk, Constraint, Generation
-from ..decoders import Decoder, Delta, ToolCall, decoder, decoder_for
+from ..decoders import AssistantMessage, Decoder, Delta, ToolCall, decoder, decoder_for
 from ..exceptions import ChatcodecError, InputError, TemplateError
 from ..render import ChatTemplate
 from .constrain import Frame, learn_frame, response_constraint, text_constraint, tool_constraint
@@ -180,13 +180,19 @@ class ChatService:
 
     # --- answering ----------------------------------------------------------------------------------------
 
-    def _validate(self, plan: Plan, message_calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[dict[str, Any]]]:
-        """Split decoded calls into valid ones and invalid ones (unknown name, bad JSON, schema errors)."""
+    def _validate(
+        self, plan: Plan, message: AssistantMessage, ids: _Ids
+    ) -> tuple[list[ToolCall], list[dict[str, Any]]]:
+        """Split decoded calls into valid ones and invalid ones (cut off, not JSON, unknown name, against the
+        schema). An invalid one is ``{"index", "id", "name", "arguments", "raw", "error"}``, as the
+        decoders write ``invalid_tool_calls``."""
         import jsonschema
 
+        found = [(getattr(call, "index", i), call) for i, call in enumerate(message.tool_calls)]
+        found += [(call.index, call) for call in getattr(message, "invalid_tool_calls", ())]
         valid: list[ToolCall] = []
         invalid: list[dict[str, Any]] = []
-        for index, call in enumerate(message_calls):
+        for index, call in sorted(found, key=lambda pair: pair[0]):
             error = call.error
             fn = plan.tools.get(call.name)
             if error is None and fn is None:
@@ -205,6 +211,7 @@ class ChatService:
                 invalid.append(
                     {
                         "index": index,
+                        "id": ids.get(call.id, index),
                         "name": call.name,
                         "arguments": call.arguments_json,
                         "raw": call.raw,
@@ -234,7 +241,7 @@ class ChatService:
             stream.finish()
             msg = stream.message
             ids = _Ids()
-            valid, invalid = self._validate(plan, msg.tool_calls)
+            valid, invalid = self._validate(plan, msg, ids)
             finish = _finish(last, valid)
             message: dict[str, Any] = {"role": "assistant", "content": msg.content}
             if msg.reasoning_content is not None:
@@ -242,7 +249,7 @@ class ChatService:
             if valid:
                 calls = [
                     {
-                        "id": ids.get(c.id, i),
+                        "id": ids.get(c.id, getattr(c, "index", i)),
                         "type": "function",
                         "function": {"name": c.name, "arguments": c.arguments_json},
                     }
@@ -329,13 +336,13 @@ class ChatService:
                 clock.pause()
                 yield event(data)
                 clock.resume()
-            valid, invalid = self._validate(plan, stream.message.tool_calls)
+            valid, invalid = self._validate(plan, stream.message, ids)
             finish = _finish(last, valid)
             if req.legacy and valid:
                 finish = "function_call"
             final: dict[str, Any] = {}
-            if invalid:
-                final["invalid_tool_calls"] = invalid
+            if invalid:  # the announced calls that turned out invalid, for the client to drop
+                final["invalid_tool_calls"] = [{k: entry[k] for k in ("index", "id", "error")} for entry in invalid]
             clock.pause()
             yield event(final, finish)
             if req.include_usage:
@@ -354,6 +361,8 @@ class ChatService:
     @staticmethod
     def _delta(delta: Delta, ids: _Ids, announced: dict[int, str], legacy: bool) -> dict[str, Any]:
         tc = delta.tool_call
+        if tc is not None and getattr(tc, "error", None) is not None:
+            return {}  # the decoder's own notice of an invalid call: the last event lists every invalid call
         if tc is None:
             if delta.reasoning_content is not None:
                 return {"reasoning_content": delta.reasoning_content}
