@@ -8,7 +8,8 @@
 2. **Load.** 32 concurrent streaming clients for 60 s against ``chatcodec serve`` with the embedded
    model: errors (must be 0), requests, and the gateway's own time per request (everything but the
    wait for the model: parsing, rendering, constraints, decoding, SSE) at p50 and p99, goal p99 < 2 ms,
-   as the server measures it (``GET /stats``).
+   as the server measures it (``GET /stats``: CPU time of its serving thread, so neither the waits for
+   the model nor those for the GIL the in-process model holds count).
 
     python bench/bench_serve.py                  # both (about 5 minutes on 2 cores)
     python bench/bench_serve.py --rates-only     # or --load-only; --seconds/--clients to change the load

@@ -53,22 +53,23 @@ class Overhead:
 
 
 class _Clock:
-    """Counts the time between :meth:`resume` and :meth:`pause` (the gateway's own work)."""
+    """Counts the CPU time of the serving thread between :meth:`resume` and :meth:`pause`: the gateway's own
+    work, without the waits (for the backend, for the GIL an in-process model holds, for other requests)."""
 
     __slots__ = ("_since", "total")
 
     def __init__(self, already: float = 0.0) -> None:
         self.total = already
-        self._since: float | None = time.perf_counter()
+        self._since: float | None = time.thread_time()
 
     def pause(self) -> None:
         if self._since is not None:
-            self.total += time.perf_counter() - self._since
+            self.total += time.thread_time() - self._since
             self._since = None
 
     def resume(self) -> None:
         if self._since is None:
-            self._since = time.perf_counter()
+            self._since = time.thread_time()
 
 
 @dataclass(slots=True)
