@@ -251,6 +251,12 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The first request would otherwise pay for the template's probe renders (capabilities, the
+        # output format) and its compilation: do it once, before serving.
+        probe_tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+        for warm in ({}, {"tools": [probe_tool], "tool_choice": "required"}):
+            with contextlib.suppress(APIError, ChatcodecError):
+                service.plan(parse_chat({"messages": [{"role": "user", "content": "Hi"}], **warm}))
         connect = getattr(backend, "connect", None)
         if connect is not None:
             try:
