@@ -19,8 +19,10 @@ from running forever or filling memory. Every render carries a :class:`Budget` b
   reference more than ``max_output`` characters of strings and items in all, counting every shared
   reference as often as it occurs (:func:`expanded_size`), so printing, comparing or serializing a
   value is bounded by construction;
-* **memory**: large values are counted as they are made; every ``max_memory / 8`` bytes of them, the
-  process's resident memory is read, and a render that grew it by more than ``max_memory`` stops;
+* **memory**: large values are counted as they are made; every ``max_memory / 8`` bytes of them, and
+  every :data:`MEMORY_PERIOD` seconds of a long render (many small values add up too), the process's
+  memory is read, and a render that grew it by more than ``max_memory`` stops. A reading can cost
+  milliseconds in a process with a large heap, so a short render that makes little never pays for one;
 * **recursion**: macros and recursive loops (``loop(...)``) may nest at most ``max_depth`` calls deep;
   Python's own ``RecursionError`` is turned into the same :class:`~chatcodec.LimitError`.
 
@@ -59,6 +61,9 @@ _CHAR_SHIFT = 8
 MAX_INT_BITS = 1 << 18
 #: the first memory reading is taken once the render has made this many bytes of large values
 _FIRST_MEMORY_CHECK = 1 << 20
+#: seconds between memory readings of a render that makes only small values; Python cannot allocate much
+#: more than a few hundred MiB in that time, so the reading still stops a runaway well inside 2x max_memory
+MEMORY_PERIOD = 0.05
 
 _SIZED = (str, bytes, list, tuple)
 
@@ -119,12 +124,12 @@ class Budget:
         "emitted",
         "limits",
         "measured",
+        "memory_due",
         "now",
         "output",
         "rss_base",
         "spans",
         "steps",
-        "ticks",
     )
 
     def __init__(self, limits: Limits, now: datetime | None = None, track_generation: bool = False) -> None:
@@ -144,16 +149,18 @@ class Budget:
         #: the output list a compiled render appends to, and how much of it has been measured
         self.output: list[str] | None = None
         self.measured = 0
-        self.ticks = 0
+        #: when memory is read next, whatever was counted
+        self.memory_due = time.monotonic() + MEMORY_PERIOD
 
     def tick(self) -> None:
         """Called when a chunk of steps is used up, or many bytes were made: read the clock and memory.
 
-        Memory is also read every 16 chunks whatever was counted, as many small values add up too.
+        Memory is also read every :data:`MEMORY_PERIOD` seconds whatever was counted, as many small values
+        add up too.
         """
         self.steps = STEP_CHUNK
-        self.ticks += 1
-        if time.monotonic() > self.deadline:
+        now = time.monotonic()
+        if now > self.deadline:
             raise LimitError(
                 f"The render took longer than {self.limits.timeout:g} s, the time limit. The template loops"
                 " too long for this input; raise Limits(timeout=...) if the input really needs it."
@@ -164,7 +171,8 @@ class Budget:
             self.measured = len(output)
             if self.emitted > self.limits.max_output:
                 self.check_size(self.emitted, "an output")
-        if self.alloc >= self.alloc_check or self.ticks & 15 == 1:
+        if self.alloc >= self.alloc_check or now >= self.memory_due:
+            self.memory_due = now + MEMORY_PERIOD
             self._check_memory()
 
     def spend(self, steps: int) -> None:
