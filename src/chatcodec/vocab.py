@@ -26,8 +26,8 @@ __all__ = ["CACHE_SIZE", "Matching", "Run", "Tokenized", "Vocabulary", "alternat
 _SEPARATOR = "\U0010fffe"
 #: how many stretches of text a vocabulary remembers the tokens of
 CACHE_SIZE = 16384
-#: from how many stretches on the tokenizer encodes them in one batch, across threads
-_BATCH = 4
+#: how many new stretches are joined into one call of the tokenizer
+_JOINED = 64
 
 
 class Run:
@@ -35,10 +35,11 @@ class Run:
 
     ``width`` is the text length of a control token, or -1 for tokens the prompt's text does not hold
     (added by ``add_special_tokens``); a stretch of text has its tokenizers ``Encoding``, read only when
-    offsets are asked for, with ``skip`` separator tokens in front, or its ``spans`` given outright.
+    offsets are asked for (its tokens from index ``skip`` on, its text from character ``lead`` on: several
+    stretches may share one encoding), or its ``spans`` given outright.
     """
 
-    __slots__ = ("encoding", "ids", "skip", "spans", "start", "width")
+    __slots__ = ("encoding", "ids", "lead", "skip", "spans", "start", "width")
 
     def __init__(
         self,
@@ -47,6 +48,7 @@ class Run:
         *,
         encoding: Any = None,
         skip: int = 0,
+        lead: int = 0,
         width: int = 0,
         spans: list[tuple[int, int]] | None = None,
     ) -> None:
@@ -54,6 +56,7 @@ class Run:
         self.ids = ids
         self.encoding = encoding
         self.skip = skip
+        self.lead = lead
         self.width = width
         self.spans = spans
 
@@ -64,8 +67,8 @@ class Run:
             if self.width < 0:
                 return [(0, 0)] * len(self.ids)
             return [(self.start, self.start + self.width)]
-        shift = self.start - (len(_SEPARATOR) if self.skip else 0)
-        return [(s + shift, e + shift) for s, e in self.encoding.offsets[self.skip :]]
+        shift = self.start - self.lead
+        return [(s + shift, e + shift) for s, e in self.encoding.offsets[self.skip : self.skip + len(self.ids)]]
 
     @property
     def is_text(self) -> bool:
@@ -169,6 +172,7 @@ class Vocabulary:
         spec = json.loads(tokenizer.to_str())
         self._spec = spec
         spec["added_tokens"] = []
+        spec["truncation"] = spec["padding"] = None  # stretches are encoded whole, and joined (see joiner)
         self.plain = Tokenizer.from_str(json.dumps(spec))
         # a tokenizer that treats the start of the input specially (Metaspace prepend_scheme="first")
         # encodes each later stretch behind a separator, so the stretch is not at the start. The separator
@@ -178,8 +182,16 @@ class Vocabulary:
         self.start_sensitive = _has_first_only_prefix(spec.get("pre_tokenizer"))
         if self.start_sensitive:
             self.plain.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+        # several new stretches are encoded in one call, joined by the separator (the tokenizer encodes what
+        # lies between added tokens alone): the joiner is the plain tokenizer with the separator in any case
+        if self.start_sensitive:
+            self.joiner = self.plain
+        else:
+            self.joiner = Tokenizer.from_str(json.dumps(spec))
+            self.joiner.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+        self._separator_id = self.joiner.token_to_id(_SEPARATOR)
         self.split_special_tokens = split_special_tokens
-        self._cache: dict[tuple[str, bool], tuple[list[int], Any, int]] = {}
+        self._cache: dict[tuple[str, bool], tuple[list[int], Any, int, int]] = {}
         self._affixes: tuple[list[int], list[int]] | None = None
         self._without: dict[frozenset[str], Tokenizer] = {}
         self._lock = threading.Lock()
@@ -245,7 +257,7 @@ class Vocabulary:
                 piece = rendered[at:start]
                 entry = cache.get((piece, sensitive and at == 0))
                 if entry is not None:
-                    runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2]))
+                    runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2], lead=entry[3]))
                 elif stand_ins and _holds_any(piece, stand_ins):
                     self._caller_text(piece, at, restore, restore_key, matching, runs, pending, escaped)  # type: ignore[arg-type]
                 else:
@@ -260,7 +272,7 @@ class Vocabulary:
             piece = rendered[at:]
             entry = cache.get((piece, sensitive and at == 0))
             if entry is not None:
-                runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2]))
+                runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2], lead=entry[3]))
             elif stand_ins and _holds_any(piece, stand_ins):
                 self._caller_text(piece, at, restore, restore_key, matching, runs, pending, escaped)  # type: ignore[arg-type]
             else:
@@ -269,8 +281,8 @@ class Vocabulary:
         if pending:
             fresh = self._encode_missing(list(dict.fromkeys(key for _, key, _ in pending)))
             for index, key, start in pending:
-                run_ids, encoding, skip = fresh[key]
-                runs[index] = Run(start, run_ids, encoding=encoding, skip=skip)
+                run_ids, encoding, skip, lead = fresh[key]
+                runs[index] = Run(start, run_ids, encoding=encoding, skip=skip, lead=lead)
         # the ids of the new runs, and how many precede each new stop
         next_stop = known_stops
         for index in range(first_new, len(runs)):
@@ -327,28 +339,60 @@ class Vocabulary:
             piece_key = (piece, self.start_sensitive and start + offset == 0)
             entry = cache.get(piece_key)
             if entry is not None:
-                runs.append(Run(start + offset, entry[0], encoding=entry[1], skip=entry[2]))
+                runs.append(Run(start + offset, entry[0], encoding=entry[1], skip=entry[2], lead=entry[3]))
             else:
                 pending.append((len(runs), piece_key, start + offset))
                 runs.append(_PENDING)
         for a, b in found_known:
             escaped.append((start + a, start + b))
 
-    def _encode_missing(self, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[list[int], Any, int]]:
-        inputs = [text if first or not self.start_sensitive else _SEPARATOR + text for text, first in keys]
-        # the tokenizers library spreads a batch over threads: worth it for many stretches (a new conversation),
-        # not for the few of a new turn, where waking the threads costs more than it saves
-        if len(inputs) < _BATCH:
-            encodings = [_encode(self.plain, text) for text in inputs]
-        else:
-            encodings = _encode_batch(self.plain, inputs)
+    def _encode_missing(self, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[list[int], Any, int, int]]:
+        """Encode stretches the cache lacks: (ids, encoding, first token, first character) for each."""
+        fresh: dict[tuple[str, bool], tuple[list[int], Any, int, int]] = {}
+        alone = [key for key in keys if _SEPARATOR in key[0]]  # only possible for tokenizers without a start rule
+        joined = [key for key in keys if _SEPARATOR not in key[0]]
+        for key in alone:
+            encoding = _encode(self.plain, key[0])
+            fresh[key] = (encoding.ids, encoding, 0, 0)
+        if len(joined) == 1 and not (self.start_sensitive and not joined[0][1]):
+            encoding = _encode(self.plain, joined[0][0])
+            fresh[joined[0]] = (encoding.ids, encoding, 0, 0)
+        elif joined:
+            joined.sort(key=lambda key: not key[1])  # a stretch at the start of the prompt goes first
+            for chunk in range(0, len(joined), _JOINED):
+                self._encode_joined(joined[chunk : chunk + _JOINED], fresh)
         if len(self._cache) + len(keys) > CACHE_SIZE:
             self._cache.clear()  # a rough bound: chats repeat their recent stretches, not old ones
-        fresh = {}
-        for key, encoding, text in zip(keys, encodings, inputs, strict=True):
-            skip = 1 if text.startswith(_SEPARATOR) else 0
-            fresh[key] = self._cache[key] = (encoding.ids[skip:], encoding, skip)
+        self._cache.update(fresh)
         return fresh
+
+    def _encode_joined(
+        self, keys: list[tuple[str, bool]], fresh: dict[tuple[str, bool], tuple[list[int], Any, int, int]]
+    ) -> None:
+        """Stretches encoded in one call, each behind a separator (but one at the start of the prompt)."""
+        parts: list[str] = []
+        leads = []
+        position = 0
+        for text, first in keys:
+            if position or (self.start_sensitive and not first):
+                parts.append(_SEPARATOR)
+                position += len(_SEPARATOR)
+            leads.append(position)
+            parts.append(text)
+            position += len(text)
+        encoding = _encode(self.joiner, "".join(parts))
+        ids = encoding.ids
+        separator = self._separator_id
+        at = 0
+        for index, key in enumerate(keys):
+            if leads[index] and ids[at : at + 1] == [separator]:
+                at += 1
+            try:
+                end = ids.index(separator, at)
+            except ValueError:
+                end = len(ids)
+            fresh[key] = (ids[at:end], encoding, at, leads[index])
+            at = end
 
     def _tokenize_whole(
         self,
@@ -432,7 +476,7 @@ class Vocabulary:
             )
         encoding = _encode(tokenizer, lead + text)
         skip = 1 if lead else 0
-        return Run(start, encoding.ids[skip:], encoding=encoding, skip=skip)
+        return Run(start, encoding.ids[skip:], encoding=encoding, skip=skip, lead=len(lead))
 
     def check_escapes(self, runs: list[Run], escaped: list[tuple[int, int]], control: frozenset[str]) -> None:
         """Escaped text must not come out as a control token even from the model's own merges."""
@@ -507,13 +551,6 @@ def _encode(tokenizer: Tokenizer, text: str) -> Any:
         return tokenizer.encode(text, add_special_tokens=False)
     except Exception as exc:  # the Rust side raises TypeError for text Python can hold and UTF-8 cannot
         raise _unencodable(text, exc) from None
-
-
-def _encode_batch(tokenizer: Tokenizer, texts: list[str]) -> list[Any]:
-    try:
-        return list(tokenizer.encode_batch(texts, add_special_tokens=False))
-    except Exception as exc:
-        raise _unencodable("".join(texts), exc) from None
 
 
 def _unencodable(text: str, exc: Exception) -> InputError:
