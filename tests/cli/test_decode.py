@@ -83,3 +83,14 @@ def test_a_fallback_to_content_is_a_warning_on_stderr(tmp_path: Path, capsys: py
     assert message["content"] == '<call>{"name": "f"}</call>'
     err = capsys.readouterr().err
     assert err.startswith("chatcodec: warning: No tool-call format found for template") and err.count("\n") == 1
+
+
+def test_vllm_and_llama_cpp_names() -> None:
+    text = "I should look.</think>" + HERMES_CALL
+    argv = ["--tool-call-parser", "hermes", "--reasoning-parser", "deepseek_r1"]
+    message = json.loads(run(argv, text))
+    assert (message["reasoning_content"], message["content"]) == ("I should look.", "Sure.")
+    assert message["tool_calls"][0]["function"]["name"] == "f"
+    assert json.loads(run(["--format", "Hermes 2 Pro"], HERMES_CALL))["tool_calls"][0]["function"]["name"] == "f"
+    listed = run(["--list-formats"])
+    assert "'openai' -> gpt_oss" in listed and "deepseek_r1" in listed

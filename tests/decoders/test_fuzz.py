@@ -35,6 +35,8 @@ FORMATS = formats()
 #: (the JSON-encoded response string, decoded into content)
 HEADER_MARKUP = {"gpt_oss", "generic"}
 PUNCTUATION = "[]{},;:"
+#: end-of-turn markers the random texts mix in, and some decoders are given
+STOPS = ["<|im_end|>", "</s>", "<|eot_id|>"]
 
 #: CHATCODEC_FUZZ_EXAMPLES=20000 for a long run
 FUZZ = settings(
@@ -67,7 +69,7 @@ def check_lossless(fmt: str, text: str, options: dict[str, Any], seed: int) -> N
     for call in message.tool_calls:
         json.loads(call.arguments_json)  # the arguments contract: every valid call's arguments are JSON
     if fmt not in HEADER_MARKUP:
-        markers = sorted(_format(fmt).markers, key=len, reverse=True)
+        markers = sorted((*_format(fmt).markers, *options.get("stop_markers", ())), key=len, reverse=True)
         for span in trace:
             if span.kind == "markup":
                 residue = span.text
@@ -103,6 +105,7 @@ def pieces(fmt: str) -> st.SearchStrategy[str]:
         "true",
         "null",
     ]
+    markers += STOPS
     return st.one_of(
         st.sampled_from(markers),
         st.sampled_from(markers).flatmap(lambda m: st.integers(1, len(m)).map(lambda k: m[:k])),
@@ -119,6 +122,7 @@ def options() -> st.SearchStrategy[dict[str, Any]]:
             "thinking_forced_open": st.booleans(),
             "tools": st.sampled_from([["f"], ["f", "get_weather"]]),
             "tools_schema": st.sampled_from([{"x": "integer"}, {"x": "string", "a": "anyOf[integer,null]"}]),
+            "stop_markers": st.sampled_from([STOPS[:1], STOPS]),
         },
     )
 

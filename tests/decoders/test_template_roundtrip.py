@@ -17,6 +17,7 @@ checks that list against what the templates actually do, so it cannot silently g
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ import pytest
 
 from chatcodec import ChatTemplate, builtin_templates, load_template
 from chatcodec.decoders import decoder_for, detect
+from chatcodec.decoders.prompt import end_markers
 from chatcodec.exceptions import ChatcodecError
 
 from ..conftest import CORPUS, manifest, template_source
@@ -142,23 +144,60 @@ def call_turn(template: ChatTemplate, calls: list[tuple[str, dict[str, Any], str
     return None
 
 
-def continuation(template: ChatTemplate, prompt: str, turn: str) -> str:
-    """What the model writes after ``prompt`` to produce ``turn`` (see the module docstring)."""
+def continuation(template: ChatTemplate, prompt: str, turn: str, calls: list[tuple[str, Any, str]]) -> str:
+    """What the model writes after ``prompt`` to produce ``turn`` (see the module docstring).
+
+    A model stops at its end-of-turn token: whatever the template writes after it (a generation
+    header for the tool results, a trailing system turn) is not part of the answer.
+    """
+    text, header = _after_prompt(template, prompt, turn)
+    last = max(text.rfind(str(piece)) for name, args, _ in calls for piece in (name, *args.values()))
+    ends = [k + len(end) for end in end_markers(template) if (k := text.find(end, last)) >= 0]
+    opener = re.match(r"\s*(<[^<>]+>|\[[^\[\]]+\])", header)
+    if opener and (k := text.find(opener.group(1), last)) >= 0:
+        ends.append(k)  # the next turn begins: this one has ended
+    return text[: min(ends)] if ends else text
+
+
+def _after_prompt(template: ChatTemplate, prompt: str, turn: str) -> tuple[str, str]:
+    """The turn's text after the generation prompt, and the assistant header they share."""
     if turn.startswith(prompt):
-        return turn[len(prompt) :]
-    common = 0
-    while common < min(len(prompt), len(turn)) and prompt[common] == turn[common]:
-        common += 1
+        return turn[len(prompt) :], ""
+    # The history turn and the generation prompt share the assistant header, not always at the same
+    # place (Command R+ puts a system turn before its header in the prompt only).
+    start = _common(prompt, turn)
     for opener, closer in (("<", ">"), ("[", "]")):  # never from the middle of a tag
-        k = turn.rfind(opener, 0, common)
-        if k >= 0 and turn.find(closer, k, common) < 0:
-            common = k
-    rest = turn[common:]
+        k = turn.rfind(opener, 0, start)
+        if k >= 0 and turn.find(closer, k, start) < 0:
+            start = k
+    generation, rest = prompt[start:], turn[start:]
+    # the header ends the generation prompt, or (a think block opened after it) begins it
+    at = next((a for a in range(len(generation)) if rest.startswith(generation[a:])), 0)
+    best = len(generation) - at if at else _common(generation, rest)
+    for opener, closer in (("<", ">"), ("[", "]")):  # never from the middle of a tag
+        k = rest.rfind(opener, 0, best)
+        if k >= 0 and rest.find(closer, k, best) < 0:
+            best = k
+    beyond, header, rest = generation[at + best :], rest[:best], rest[best:]
+    before = re.search(r"(<[^<>]+>|\[[^\[\]]+\])$", turn[:start])  # a turn marker the header continues
+    header = (before.group(1) if before else "") + header
     think = detect(template).output_format.think
-    opened = decoder_for(template).options.forced_open and think is not None
-    if think is not None and opened and not any(rest.lstrip().startswith(end) for end in think.end):
-        rest = "Let me look that up." + think.end[0] + "\n\n" + rest
-    return rest
+    if think is None:
+        return rest, header
+    ends = [end for end in think.end if rest.lstrip().startswith(end)]
+    if decoder_for(template).options.forced_open:
+        if not ends:  # the prompt opened reasoning that history drops: think briefly, then close it
+            rest = "Let me look that up." + think.end[0] + "\n\n" + rest
+    elif ends and ends[0] in beyond:  # the prompt already closed the block the turn closes
+        rest = rest.lstrip()[len(ends[0]) :]
+    return rest, header
+
+
+def _common(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def cases() -> list[Any]:
@@ -177,10 +216,11 @@ def test_round_trip(name: str, template: ChatTemplate) -> None:
     d = decoder_for(template)
     for calls, turn in shown:
         assert turn is not None
-        text = continuation(template, prompt, turn)
+        text = continuation(template, prompt, turn, calls)
         decoded = d.decode(text)
         assert [(c.name, c.arguments) for c in decoded.tool_calls] == [(n, a) for n, a, _ in calls], text
         assert not decoded.invalid_tool_calls, text
+        assert decoded.content is None, text  # the end-of-turn markers are markup, not content
         want = as_streamed(decoded, text)
         for cut in range(len(text) + 1):  # streamed, cut anywhere: the same message
             stream = d.stream()

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from ..decoders import AssistantMessage, Decoder, decoder, decoder_for
+from ..decoders.catalog import ALIASES, REASONING_PARSERS
 from ..decoders.registry import REASONING_FORMATS, formats, get_format
 from ..exceptions import DecodeError, DecodeWarning
 from . import common
@@ -27,7 +28,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " one JSON delta per line as the text arrives. Choose the format with --format, or let --template (or"
         " --tokenizer) detect it from a chat template, and whether its prompt opens a think block."
     )
-    parser.add_argument("--format", "-f", metavar="NAME", help="output format (see --list-formats)")
+    parser.add_argument(
+        "--format",
+        "--tool-call-parser",
+        "-f",
+        metavar="NAME",
+        help="output format (see --list-formats); vLLM --tool-call-parser and llama.cpp format names work too",
+    )
+    parser.add_argument(
+        "--reasoning-parser",
+        metavar="NAME",
+        help="a vLLM --reasoning-parser name: its think tags and start state replace the format's",
+    )
     common.add_template_options(parser, default_note="to detect the format from; instead of --format")
     parser.add_argument("--list-formats", action="store_true", help="print the formats and exit")
     parser.add_argument("--stream", action="store_true", help="print OpenAI streaming deltas as JSON lines")
@@ -69,6 +81,10 @@ def run(args: argparse.Namespace, stdin: IO[bytes] | None = None, stdout: IO[str
         width = max(map(len, formats()))
         for name in formats():
             out.write(f"{name:<{width}}  {get_format(name).summary}\n")
+        out.write("\nalso accepted (vLLM --tool-call-parser and llama.cpp names):\n")
+        for alias, name in sorted(ALIASES.items()):
+            out.write(f"  {alias!r} -> {name}\n")
+        out.write(f"\n--reasoning-parser (vLLM names): {', '.join(sorted(REASONING_PARSERS))}\n")
         return 0
     if args.chunk_size is not None and not args.stream:
         raise DecodeError("--chunk-size feeds the stream: it needs --stream.")
@@ -106,7 +122,9 @@ def _decoder(args: argparse.Namespace) -> Decoder:
     if args.format:
         if variables:
             raise DecodeError("--var and --vars are the template's variables: they need --template, not --format.")
-        return decoder(args.format, **options)
+        return decoder(args.format, reasoning_parser=args.reasoning_parser, **options)
+    if args.reasoning_parser is not None:
+        raise DecodeError("--reasoning-parser goes with --format (a tool-call format); a template has its own tags.")
     if args.template or args.tokenizer:
         template = common.template_from(args)
         with warnings.catch_warnings(record=True) as caught:

@@ -16,11 +16,11 @@ from .base import Span as Span
 from .base import ToolCall as ToolCall
 from .base import ToolCallDelta as ToolCallDelta
 from .detect import Detection as Detection
+from .detect import decoder as decoder
 from .detect import decoder_for as decoder_for
 from .detect import detect as detect
 from .detect import detect_format as detect_format
 from .format import Decoder as Decoder
-from .registry import decoder as decoder
 from .registry import formats as formats
 
 __all__ = [

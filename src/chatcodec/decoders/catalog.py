@@ -25,13 +25,14 @@ from .tagged_json import (
     JsonMachine,
     JsonSpec,
     deepseek_header,
+    fenced,
     function_tag_header,
     kimi_header,
     mistral_header,
 )
 from .xml_args import XmlMachine, XmlSpec
 
-__all__ = ["CATALOG", "DETECTION_ORDER", "FORMATS", "tagged_spec"]
+__all__ = ["ALIASES", "CATALOG", "DETECTION_ORDER", "FORMATS", "REASONING_PARSERS", "ReasoningParser", "tagged_spec"]
 
 # -- reasoning tags ------------------------------------------------------------------------------------
 
@@ -51,6 +52,8 @@ APRIEL_THINK = ThinkSpec(("<thinking>",), ("</thinking>", "[BEGIN FINAL RESPONSE
 MISTRAL_THINK = ThinkSpec(("[THINK]",), ("[/THINK]",))
 R7B_THINK = ThinkSpec(("<|START_THINKING|>",), ("<|END_THINKING|>",))
 APERTUS_THINK = ThinkSpec(("<|inner_prefix|>",), ("<|inner_suffix|>",))
+# Granite 3.2 reasons between plain-text markers (vLLM's granite reasoning parser); 3.3 uses <think>.
+GRANITE_THINK = ThinkSpec(("<think>", "Here is my thought process:"), ("</think>", "Here is my response:"))
 
 # -- builders ----------------------------------------------------------------------------------------
 
@@ -154,7 +157,11 @@ def _list(marker: str, close: tuple[str, ...] = (), keys: CallKeys | None = None
 
 # Every Mistral format accepts both shapes: the JSON list and name[ARGS]{...} (users ask for both).
 MISTRAL = JsonSpec({"[TOOL_CALLS]": Block("mistral", header=mistral_header)})
-GRANITE = JsonSpec({"<|tool_call|>": Block("list")}, strip=("<response>", "</response>"))
+# Granite 3.1 may write the call marker as plain text, <tool_call>, before the JSON list.
+GRANITE = JsonSpec(
+    {"<|tool_call|>": Block("list"), "<tool_call>": Block("auto", ("</tool_call>",))},
+    strip=("<response>", "</response>"),
+)
 LFM2 = JsonSpec({"<|tool_call_start|>": Block("any_list", ("<|tool_call_end|>",))})
 R7B = JsonSpec(
     {
@@ -252,6 +259,7 @@ DSML = XmlSpec(
 
 
 def _json_format(name: str, summary: str, spec: JsonSpec, think: ThinkSpec | None = THINK, **kw: Any) -> Format:
+    spec = fenced(spec)  # a call in a ```json code block is a call, in every JSON format
     return Format(name, summary, _json(spec), think, syntax=_json_markers(spec), **kw)
 
 
@@ -261,6 +269,7 @@ def _xml_format(name: str, summary: str, spec: XmlSpec, think: ThinkSpec | None 
 
 _HARMONY_SYNTAX = (START, CHANNEL, MESSAGE, CONSTRAIN, *ENDS)
 _GEMMA4 = ("<|tool_call>", "<tool_call|>", '<|"|>')
+_GEMMA4_SYNTAX = (*_GEMMA4, "<|tool_response>")
 _PLAIN = _json(JsonSpec({}))
 
 FORMATS: list[Format] = [
@@ -333,7 +342,12 @@ FORMATS: list[Format] = [
         MISTRAL_THINK,
     ),
     _json_format("magistral", "Magistral: [THINK]...[/THINK] reasoning, Mistral tool calls", MISTRAL, MISTRAL_THINK),
-    _json_format("granite", "Granite 3.x: <|tool_call|>[...], <think> and <response>", GRANITE),
+    _json_format(
+        "granite",
+        "Granite 3.x: <|tool_call|>[...] (3.1: <tool_call>), <think> or 'Here is my thought process:', <response>",
+        GRANITE,
+        GRANITE_THINK,
+    ),
     _json_format("phi4_mini", "Phi-4-mini: functools[{...}]", _list("functools"), None),
     _json_format("firefunction_v2", "Firefunction v2: ' functools[{...}]'", _list("functools"), None),
     _json_format("lfm2", "LFM2: <|tool_call_start|>[...]<|tool_call_end|>, a JSON list or Python calls", LFM2),
@@ -424,12 +438,18 @@ FORMATS: list[Format] = [
         opens_think=True,
     ),
     # Python calls
-    Format("pythonic", "Python call lists: [f(a='x'), g(b=1)]", _of(PythonicMachine), THINK, syntax=("[", "]")),
+    Format(
+        "pythonic",
+        "Python call lists: [f(a='x'), g(b=1)], also in a ```python fence",
+        _of(PythonicMachine),
+        THINK,
+        syntax=("[", "]", "```python", "```"),
+    ),
     Format(
         "llama4_pythonic",
         "Llama 4: a Python call list in <|python_start|>...<|python_end|>",
         _of(PythonicMachine, start="<|python_start|>", end="<|python_end|>"),
-        syntax=("<|python_start|>", "<|python_end|>", "[", "]"),
+        syntax=("<|python_start|>", "<|python_end|>", "[", "]", "```python", "```"),
     ),
     Format(
         "function_gemma",
@@ -440,9 +460,9 @@ FORMATS: list[Format] = [
     Format(
         "gemma4",
         'Gemma 4: <|tool_call>call:f{k:<|"|>v<|"|>}<tool_call|>, <|channel>thought reasoning',
-        _of(GemmaMachine, markers=_GEMMA4),
+        _of(GemmaMachine, markers=_GEMMA4, response=("<|tool_response>",)),
         GEMMA4_THINK,
-        syntax=_GEMMA4,
+        syntax=_GEMMA4_SYNTAX,
     ),
     # channels, envelopes, recipients
     Format(
@@ -505,4 +525,80 @@ _RANKS = {name: rank for rank, name in enumerate(DETECTION_ORDER)}
 CATALOG: dict[str, Format] = {
     f.name: dataclasses.replace(f, rank=_RANKS.get(f.name), id_style="mistral" if f.name in _MISTRAL_IDS else "openai")
     for f in FORMATS
+}
+
+# -- names users already know ------------------------------------------------------------------------
+
+#: vLLM's ``--tool-call-parser`` names, and llama.cpp's chat-format names, for the formats they parse
+ALIASES: dict[str, str] = {
+    # vLLM
+    "granite4": "hermes",
+    "mistral": "mistral_v11",
+    "llama4_json": "llama3_json",
+    "olmo3": "pythonic",
+    "granite-20b-fc": "granite_20b_fc",
+    "phi4_mini_json": "phi4_mini",
+    "deepseek_v31": "deepseek_v3_1",
+    "deepseek_v32": "deepseek_dsml",
+    "deepseek_v4": "deepseek_dsml",
+    "glm4_moe": "glm45",
+    "glm47": "glm45",
+    "qwen3_xml": "qwen3_coder",
+    "openai": "gpt_oss",
+    "functiongemma": "function_gemma",
+    "mimo": "hermes",
+    "cohere_command3": "command_r7b",
+    "cohere_command4": "command_r7b",
+    # llama.cpp (common_chat_format_name)
+    "Content-only": "content",
+    "Generic": "generic",
+    "Mistral Nemo": "mistral_nemo",
+    "Magistral": "magistral",
+    "Llama 3.x": "llama3_json",
+    "Llama 3.x with builtin tools": "llama3_json",
+    "DeepSeek R1": "deepseek_r1",
+    "FireFunction v2": "firefunction_v2",
+    "Functionary v3.2": "functionary_v3_2",
+    "Functionary v3.1 Llama 3.1": "functionary_v3_1",
+    "DeepSeek V3.1": "deepseek_v3_1",
+    "Hermes 2 Pro": "hermes",
+    "Command R7B": "command_r7b",
+    "Granite": "granite",
+    "GPT-OSS": "gpt_oss",
+    "Seed-OSS": "seed_oss",
+    "Nemotron V2": "nemotron_v2",
+    "Apertus": "apertus",
+    "LFM2 with JSON tools": "lfm2",
+    "MiniMax-M2": "minimax_m2",
+    "GLM 4.5": "glm45",
+    "Kimi K2": "kimi_k2",
+    "Qwen3 Coder": "qwen3_coder",
+    "Apriel 1.5": "apriel",
+    "Xiaomi MiMo": "hermes",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReasoningParser:
+    """A vLLM ``--reasoning-parser``: its tags, and whether it assumes the prompt opened the block
+    (``forced_open``; ``opens_think``: only when ``enable_thinking`` is true)."""
+
+    think: ThinkSpec
+    forced_open: bool = False
+    opens_think: bool = False
+
+
+#: vLLM's ``--reasoning-parser`` names
+REASONING_PARSERS: dict[str, ReasoningParser] = {
+    "deepseek_r1": ReasoningParser(THINK, forced_open=True, opens_think=True),
+    "deepseek_v3": ReasoningParser(THINK, opens_think=True),
+    "qwen3": ReasoningParser(QWEN_XML_THINK, forced_open=True, opens_think=True),
+    "glm45": ReasoningParser(THINK),
+    "granite": ReasoningParser(GRANITE_THINK),
+    "mistral": ReasoningParser(MISTRAL_THINK),
+    "minimax_m2": ReasoningParser(THINK, forced_open=True, opens_think=True),
+    "seed_oss": ReasoningParser(SEED_THINK, forced_open=True, opens_think=True),
+    "kimi_k2": ReasoningParser(KIMI_THINK),
+    "olmo3": ReasoningParser(THINK),
+    "holo2": ReasoningParser(THINK, forced_open=True, opens_think=True),
 }

@@ -26,21 +26,22 @@ from __future__ import annotations
 import json
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..exceptions import ChatcodecError, DecodeError, DecodeWarning
 from ..polyfills import Polyfill, select
 from ..render import ChatTemplate
+from ..templates import builtin_templates
 from .catalog import CATALOG
 from .format import Decoder, Format
 from .learn import LEARN_TOOLS, from_instructions, learn, probe_windows, reads_back
 from .machine import ThinkSpec
-from .prompt import PROBE_NOW, PROBE_USER, as_template, template_think_state
-from .registry import decoder, get_format, make_decoder
+from .prompt import PROBE_NOW, PROBE_USER, as_template, end_markers, template_think_state
+from .registry import ReasoningFormat, get_format, make_decoder, with_reasoning_parser
 
-__all__ = ["Detection", "decoder_for", "detect", "detect_format"]
+__all__ = ["Detection", "decoder", "decoder_for", "detect", "detect_format"]
 
 PROBE_NAME = "get_weather"
 PROBE_ARGS = {"city": "Paris"}
@@ -170,13 +171,6 @@ def _detect(template: ChatTemplate) -> Detection:
     return Detection("content", "fallback", "none")
 
 
-def end_markers(template: ChatTemplate) -> tuple[str, ...]:
-    """What a template writes after an assistant turn: its stop markers, and its end-of-sequence token."""
-    eos = template.special_tokens.get("eos_token")
-    found = (*template.capabilities.stop_markers, *([eos] if isinstance(eos, str) and eos else []))
-    return tuple(dict.fromkeys(found))
-
-
 def _think_spec(template: ChatTemplate) -> ThinkSpec:
     """The template's own think tags (for a learned format), or ``<think>``."""
     tags = template.capabilities.think_tags
@@ -206,7 +200,7 @@ def _from_instructions(text: str, think: ThinkSpec) -> Detection | None:
         example = f'{learned.format.syntax[0]}{{"name": "{PROBE_NAME}", "arguments": {json.dumps(PROBE_ARGS)}}}'
         example += learned.format.syntax[1] if len(learned.format.syntax) > 1 else ""
         best = _best_decoder(example)
-        if best is not None and not (decoder(best).decode(example).content or "").strip():
+        if best is not None and not (make_decoder(get_format(best)).decode(example).content or "").strip():
             return Detection(best, "catalog", "instructions", learned.evidence)
         return Detection("learned", "learned", "instructions", learned.evidence, learned.format)
     by_markers = _from_source(text)
@@ -257,7 +251,7 @@ def _best_decoder(window: str) -> str | None:
     ranked: list[tuple[int, int, int, str]] = []
     for fmt in _DETECTABLE:
         name = fmt.name
-        stream = decoder(name).stream(trace=True)
+        stream = make_decoder(fmt).stream(trace=True)
         stream.feed(window)
         stream.finish()
         calls = stream.message.tool_calls
@@ -296,7 +290,74 @@ def _from_source(source: str) -> str | None:
     return min(ranked)[2] if ranked else None
 
 
-# -- the decoder for a template ---------------------------------------------------------------
+# -- decoders by name and for a template ----------------------------------------------------------
+
+
+def decoder(
+    format: str,
+    *,
+    reasoning_format: ReasoningFormat = "auto",
+    thinking_forced_open: bool | None = None,
+    enable_thinking: bool | None = None,
+    tools: Iterable[Mapping[str, Any] | str] | None = None,
+    tools_schema: Mapping[str, Any] | None = None,
+    template: Any = None,
+    tag: str | None = None,
+    stop_markers: Iterable[str] | None = None,
+    reasoning_parser: str | None = None,
+) -> Decoder:
+    """A decoder for the output format ``format``: a name of :func:`formats`, a vLLM
+    ``--tool-call-parser`` name (``mistral``, ``openai`` ...) or a llama.cpp chat-format name
+    (``Hermes 2 Pro`` ...).
+
+    - ``reasoning_format``: ``"auto"`` and ``"deepseek"`` move reasoning into ``reasoning_content``;
+      ``"none"`` leaves it (tags included) in ``content``.
+    - ``thinking_forced_open``: the prompt already opened the think block, so the output starts
+      inside reasoning. By default it follows ``enable_thinking`` for formats whose templates open
+      the block themselves, else the format's own default.
+    - ``tools``: OpenAI tool dicts or bare names. When given, calls to other names are not calls, and
+      the parameter schemas type the values of XML-style arguments.
+    - ``tools_schema``: ``{parameter: type}`` hints for every tool (``"integer"``, a JSON schema, or
+      ``"anyOf[integer,null]"``).
+    - ``template``: the chat template the prompt came from (a :class:`~chatcodec.ChatTemplate`, a
+      built-in name or a path). It sets ``thinking_forced_open`` from its generation prompt (with
+      ``enable_thinking``) when that is not given. :func:`decoder_for` also picks the format from it.
+    - ``tag``: the tool-call tag for Ollama's template-derived formats.
+    - ``stop_markers``: end-of-turn markers (``<|im_end|>``); where they end the text they are markup,
+      not content, as a server returns them with special tokens skipped. By default the template's own
+      (see :func:`~chatcodec.decoders.prompt.end_markers`), or none without a template.
+    - ``reasoning_parser``: a vLLM ``--reasoning-parser`` name; its tags and its start state replace
+      the format's, so ``decoder("hermes", reasoning_parser="deepseek_r1")`` reads what vLLM's
+      ``--tool-call-parser hermes --reasoning-parser deepseek_r1`` reads.
+
+    A chat template's name where a format is expected gets the template's own format suggested.
+
+    >>> decoder("deepseek_v3_1", thinking_forced_open=True).decode("Hmm.</think>Hi!").reasoning_content
+    'Hmm.'
+    """
+    try:
+        fmt = get_format(format)
+    except DecodeError:
+        if isinstance(format, str) and format in builtin_templates():
+            found = detect_format(format)
+            raise DecodeError(
+                f"{format!r} is a chat template, not an output format: its format is {found!r}. Use"
+                f" decoder({found!r}), or decoder_for({format!r}) to follow its prompts as well."
+            ) from None
+        raise
+    if reasoning_parser is not None:
+        fmt = with_reasoning_parser(fmt, reasoning_parser)
+    return make_decoder(
+        fmt,
+        reasoning_format=reasoning_format,
+        thinking_forced_open=thinking_forced_open,
+        enable_thinking=enable_thinking,
+        tools=tools,
+        tools_schema=tools_schema,
+        template=template,
+        tag=tag,
+        stop_markers=stop_markers,
+    )
 
 
 def decoder_for(

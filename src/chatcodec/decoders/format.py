@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from .base import AssistantMessage, DecodeStream, Sink
-from .machine import MachineBase, Options, ThinkSpec
+from .machine import MachineBase, Options, StopFilter, ThinkSpec
 
 if TYPE_CHECKING:
     from ..render import ChatTemplate
@@ -76,7 +76,12 @@ class Decoder:
     def stream(self, *, trace: bool = False) -> DecodeStream:
         """A fresh incremental decoder (see :class:`DecodeStream`)."""
         fmt, opts = self.format, self.options
-        return DecodeStream(lambda sink: fmt.build(sink, opts, fmt.think), trace=trace, id_style=fmt.id_style)
+
+        def make(sink: Sink) -> MachineBase | StopFilter:
+            machine = fmt.build(sink, opts, fmt.think)
+            return StopFilter(machine, opts.stops) if opts.stops else machine
+
+        return DecodeStream(make, trace=trace, id_style=fmt.id_style)
 
     def decode(self, text: str | bytes) -> AssistantMessage:
         """Decode a whole completion: the same as feeding it to :meth:`stream` and finishing."""

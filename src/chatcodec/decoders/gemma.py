@@ -35,10 +35,12 @@ class GemmaMachine(KeyedArgsMachine):
         think: ThinkSpec | None = None,
         *,
         markers: tuple[str, str, str] = (OPEN, CLOSE, ESC),
+        response: tuple[str, ...] = (),
     ) -> None:
         super().__init__(out, opts, think)
         self._open_tag, self._close_tag, self._esc_tag = markers
-        self._open = MarkerSet((self._open_tag,))
+        self._response = response
+        self._open = self.body_markers((self._open_tag,))
         self._esc = MarkerSet((self._esc_tag,))
         self._parts: list[str] = []
         self._depth = 0
@@ -50,6 +52,8 @@ class GemmaMachine(KeyedArgsMachine):
         self.emit(i)
         if marker is None:
             return i > pos
+        if self.think_opens(marker):
+            return True
         self.hold(i + len(marker))
         self.state = self.s_name
         return True
@@ -200,6 +204,13 @@ class GemmaMachine(KeyedArgsMachine):
         if marker is not None:
             self.hold(i + len(marker))
         self.end_call()
+        self.state = self.s_response if self._response else self.s_body
+        return True
+
+    def s_response(self, final: bool) -> bool:
+        """Gemma 4 ends a call turn by opening the tool response (``<|tool_response>``): markup."""
+        if not self.markup_after_space(markers(*self._response), final):
+            return False
         self.state = self.s_body
         return True
 

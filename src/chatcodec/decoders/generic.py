@@ -24,6 +24,7 @@ class GenericMachine(MachineBase):
         self._key: list[str] = []
         self._sub: JsonString | CallObject | CallList | None = None
         self._made = False  # the envelope produced content or calls: its syntax is markup
+        self._thinks = self.body_markers(())
 
     def s_body(self, final: bool) -> bool:
         buf, pos = self.buf, self.pos
@@ -40,8 +41,12 @@ class GenericMachine(MachineBase):
         return True
 
     def s_text(self, final: bool) -> bool:
-        self.emit(len(self.buf))
-        return False
+        pos = self.pos
+        i, marker = self._thinks.find(self.buf, pos, final)
+        self.emit(i)
+        if marker is not None and self.think_opens(marker):
+            return True
+        return i > pos
 
     def _not_generic(self) -> None:
         if self._made:

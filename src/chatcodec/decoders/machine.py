@@ -123,6 +123,8 @@ class Options:
     #: parameter types per tool name; the key ``""`` applies to every tool
     schemas: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     tag: str | None = None
+    #: end-of-turn markers: at the very end of the text they are markup, not content
+    stops: tuple[str, ...] = ()
 
     def param_type(self, tool: str, param: str) -> str | None:
         """The declared JSON-schema type of ``param`` of ``tool``, if any."""
@@ -287,6 +289,25 @@ class MachineBase:
     def end_call(self, error: str | None = None) -> None:
         self.out.end_call(error)
 
+    # -- reasoning anywhere --------------------------------------------------------------------
+
+    def body_markers(self, markers: Iterable[str]) -> MarkerSet:
+        """The markers a body state looks for: its own, and the tags that open a think block."""
+        return MarkerSet([*markers, *(self.think.start if self.think is not None else ())])
+
+    def think_opens(self, marker: str | None) -> bool:
+        """Whether ``marker`` (found by a body state, at ``pos``) opens a think block; if so, enter it.
+
+        Reasoning may come more than once, between content and between calls (interleaved thinking):
+        each block joins ``reasoning_content``.
+        """
+        if marker is None or self.think is None or marker not in self.think.start:
+            return False
+        self._think_tag(marker)
+        self.pos += len(marker)
+        self.state = self.s_think
+        return True
+
     # -- reasoning prelude ---------------------------------------------------------------------
 
     def _think_text(self, text: str) -> None:
@@ -380,6 +401,74 @@ class MachineBase:
         self._think_text(marker)
         self.pos = i + len(marker)
         return True
+
+
+class StopFilter:
+    """End-of-turn markers at the end of the text are markup: what a server returns with special
+    tokens skipped (``Answer.<|im_end|>`` gives the content ``Answer.``).
+
+    It sits in front of a machine. The trailing run of whitespace and stop markers is held back; when
+    anything else follows, the run was part of the text after all and goes to the machine. At the end,
+    the run from its first stop marker on is markup, and the machine never sees it. A stop marker in
+    the middle of the text stays whatever the machine makes of it.
+    """
+
+    def __init__(self, machine: MachineBase, stops: Iterable[str]) -> None:
+        self.machine = machine
+        self._stops = MarkerSet(stops)
+        first = "".join(re.escape(c) for c in sorted({m[0] for m in self._stops.markers}))
+        self._candidate = re.compile(rf"[\s{first}]")
+        self._run: list[str] = []  # the held run: whitespace and whole stop markers
+        self._marked = -1  # where in the run the first stop marker is, or -1
+        self._partial = ""  # a stop marker's first characters at the very end
+
+    def feed(self, text: str) -> None:
+        s = self._partial + text
+        self._partial = ""
+        out: list[str] = []
+        i, n = 0, len(s)
+        while i < n:
+            if not self._run:
+                found = self._candidate.search(s, i)
+                j = found.start() if found else n
+                if j > i:
+                    out.append(s[i:j])
+                    i = j
+                    continue
+            if s[i].isspace():
+                j = skip_space(s, i)
+                self._run.append(s[i:j])
+                i = j
+                continue
+            marker, undecided = self._stops.match(s, i, final=False)
+            if marker is not None:
+                if self._marked < 0:
+                    self._marked = len(self._run)
+                self._run.append(marker)
+                i += len(marker)
+            elif undecided:
+                self._partial = s[i:]
+                break
+            else:  # not the end of the text: the run was text
+                out += self._run
+                out.append(s[i])
+                self._run.clear()
+                self._marked = -1
+                i += 1
+        if out:
+            self.machine.feed("".join(out))
+
+    def finish(self) -> None:
+        run, marked = self._run, self._marked
+        if self._partial:  # the start of a marker that never came: text
+            run, marked = [*run, self._partial], -1
+        text = "".join(run if marked < 0 else run[:marked])
+        if text:
+            self.machine.feed(text)
+        self.machine.finish()
+        if marked >= 0:
+            self.machine.out.markup("".join(run[marked:]))
+        self._run, self._partial = [], ""
 
 
 class KeyedArgsMachine(MachineBase):

@@ -17,7 +17,15 @@ from ..render import ChatTemplate
 from ..templates import load_template
 from .machine import ThinkSpec
 
-__all__ = ["PROBE_NOW", "PROBE_USER", "as_template", "generation_prompt", "prompt_state", "template_think_state"]
+__all__ = [
+    "PROBE_NOW",
+    "PROBE_USER",
+    "as_template",
+    "end_markers",
+    "generation_prompt",
+    "prompt_state",
+    "template_think_state",
+]
 
 PROBE_USER = {"role": "user", "content": "What is the weather in Paris?"}
 PROBE_NOW = datetime(2026, 1, 1, 12, 0, 0)
@@ -44,6 +52,28 @@ def as_template(template: object) -> ChatTemplate:
     raise DecodeError(
         f"template must be a ChatTemplate, a built-in template name or a path, not {type(template).__name__}."
     )
+
+
+#: end-of-turn tokens a template may write itself besides the one after a final turn (Llama 3.1 ends a
+#: built-in tool call with <|eom_id|>); each counts where the template's source has it
+END_TOKENS = (
+    "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<end_of_turn>", "<|end_of_text|>", "<|endoftext|>", "</s>",
+    "<|END_OF_TURN_TOKEN|>", "<｜end▁of▁sentence｜>", "<turn|>", "<|end|>", "<|return|>",
+)  # fmt: skip
+
+
+def end_markers(template: ChatTemplate) -> tuple[str, ...]:
+    """What ends an assistant turn of ``template``: its stop markers (from its capabilities), its
+    end-of-sequence token, and the known end-of-turn tokens its source writes.
+
+    >>> end_markers(as_template("llama3"))
+    ('<|eot_id|>', '<|eom_id|>')
+    """
+    source = "\n".join(template.sources.values())
+    eos = template.special_tokens.get("eos_token")
+    found = [*template.capabilities.stop_markers, *([eos] if isinstance(eos, str) and eos else [])]
+    found += [token for token in END_TOKENS if token in source]
+    return tuple(dict.fromkeys(found))
 
 
 def prompt_state(prompt: str, think: ThinkSpec | None) -> ThinkState | None:

@@ -1,4 +1,4 @@
-"""The format table and :func:`decoder`: a format name plus options gives a :class:`Decoder`.
+"""The format table, and a :class:`Decoder` from a format plus options (:func:`make_decoder`).
 
 A format is data (:class:`~.format.Format`): a family machine, its markers, its reasoning tags and a
 few defaults. The catalog (:mod:`.catalog`) holds the known ones; their names are the ones used by
@@ -7,18 +7,27 @@ few defaults. The catalog (:mod:`.catalog`) holds the known ones; their names ar
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
 from ..exceptions import DecodeError
-from .catalog import CATALOG
+from .catalog import ALIASES, CATALOG, REASONING_PARSERS
 from .format import Decoder, Format
 from .machine import Options
-from .prompt import as_template, template_think_state
+from .prompt import as_template, end_markers, template_think_state
 from .values import main_type, schema_types
 
-__all__ = ["REASONING_FORMATS", "Decoder", "ReasoningFormat", "decoder", "formats", "get_format", "make_decoder"]
+__all__ = [
+    "REASONING_FORMATS",
+    "Decoder",
+    "ReasoningFormat",
+    "formats",
+    "get_format",
+    "make_decoder",
+    "with_reasoning_parser",
+]
 
 #: where reasoning goes: "auto" and "deepseek" into ``reasoning_content``, "none" left in ``content``
 ReasoningFormat = Literal["none", "deepseek", "auto"]
@@ -35,60 +44,28 @@ def formats() -> list[str]:
 
 
 def get_format(name: str) -> Format:
-    """The :class:`Format` named ``name``; :class:`DecodeError` with suggestions if unknown."""
+    """The :class:`Format` named ``name`` (a catalog name, a vLLM tool-call parser or a llama.cpp
+    chat-format name); :class:`DecodeError` with suggestions if unknown."""
     if not isinstance(name, str):
         raise DecodeError(f"An output format is named by a string, not {type(name).__name__}.")
-    try:
-        return CATALOG[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, CATALOG, n=3)
+    found = CATALOG.get(ALIASES.get(name, name))
+    if found is not None:
+        return found
+    if name in REASONING_PARSERS:
+        hint = f" {name!r} is a vLLM reasoning parser: pass it as reasoning_parser={name!r} with a tool-call format."
+    else:
+        close = difflib.get_close_matches(name, [*CATALOG, *ALIASES], n=3)
         hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise DecodeError(
-            f"Unknown output format {name!r}.{hint} Known formats: {', '.join(sorted(CATALOG))}."
-        ) from None
+    raise DecodeError(f"Unknown output format {name!r}.{hint} Known formats: {', '.join(sorted(CATALOG))}.")
 
 
-def decoder(
-    format: str,
-    *,
-    reasoning_format: ReasoningFormat = "auto",
-    thinking_forced_open: bool | None = None,
-    enable_thinking: bool | None = None,
-    tools: Iterable[Mapping[str, Any] | str] | None = None,
-    tools_schema: Mapping[str, Any] | None = None,
-    template: Any = None,
-    tag: str | None = None,
-) -> Decoder:
-    """A decoder for the output format ``format`` (see :func:`formats`).
-
-    - ``reasoning_format``: ``"auto"`` and ``"deepseek"`` move reasoning into ``reasoning_content``;
-      ``"none"`` leaves it (tags included) in ``content``.
-    - ``thinking_forced_open``: the prompt already opened the think block, so the output starts
-      inside reasoning. By default it follows ``enable_thinking`` for formats whose templates open
-      the block themselves, else the format's own default.
-    - ``tools``: OpenAI tool dicts or bare names. When given, calls to other names are not calls, and
-      the parameter schemas type the values of XML-style arguments.
-    - ``tools_schema``: ``{parameter: type}`` hints for every tool (``"integer"``, a JSON schema, or
-      ``"anyOf[integer,null]"``).
-    - ``template``: the chat template the prompt came from (a :class:`~chatcodec.ChatTemplate`, a
-      built-in name or a path). It sets ``thinking_forced_open`` from its generation prompt (with
-      ``enable_thinking``) when that is not given. :func:`decoder_for` also picks the format from it.
-    - ``tag``: the tool-call tag for Ollama's template-derived formats.
-
-    >>> decoder("deepseek_v3_1", thinking_forced_open=True).decode("Hmm.</think>Hi!").reasoning_content
-    'Hmm.'
-    """
-    fmt = get_format(format)
-    return make_decoder(
-        fmt,
-        reasoning_format=reasoning_format,
-        thinking_forced_open=thinking_forced_open,
-        enable_thinking=enable_thinking,
-        tools=tools,
-        tools_schema=tools_schema,
-        template=template,
-        tag=tag,
-    )
+def with_reasoning_parser(fmt: Format, name: str) -> Format:
+    """``fmt`` with the reasoning tags and start state of vLLM's reasoning parser ``name``."""
+    if not isinstance(name, str) or name not in REASONING_PARSERS:
+        known = ", ".join(sorted(REASONING_PARSERS))
+        raise DecodeError(f"Unknown reasoning parser {name!r}. Known reasoning parsers: {known}.")
+    parser = REASONING_PARSERS[name]
+    return dataclasses.replace(fmt, think=parser.think, forced_open=parser.forced_open, opens_think=parser.opens_think)
 
 
 def make_decoder(
@@ -101,8 +78,9 @@ def make_decoder(
     tools_schema: Mapping[str, Any] | None = None,
     template: Any = None,
     tag: str | None = None,
+    stop_markers: Iterable[str] | None = None,
 ) -> Decoder:
-    """:func:`decoder` for a :class:`Format` object (a catalog format, or one detection learned)."""
+    """:func:`~chatcodec.decoders.decoder` for a :class:`Format` object (from the catalog, or learned)."""
     if not isinstance(reasoning_format, str) or reasoning_format not in REASONING_FORMATS:
         raise DecodeError(f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}, not {reasoning_format!r}.")
     for option, value in (("thinking_forced_open", thinking_forced_open), ("enable_thinking", enable_thinking)):
@@ -111,6 +89,7 @@ def make_decoder(
     if tag is not None and not isinstance(tag, str):
         raise DecodeError(f"tag must be a string, not {type(tag).__name__}.")
     chat = as_template(template) if template is not None else None
+    stops = _read_stops(stop_markers) if stop_markers is not None else end_markers(chat) if chat is not None else ()
     if thinking_forced_open is None and chat is not None:
         state = template_think_state(chat, fmt.think, enable_thinking)
         if state is not None:
@@ -128,8 +107,18 @@ def make_decoder(
         tools=names,
         schemas=schemas,
         tag=tag,
+        stops=stops,
     )
     return Decoder(fmt, opts, template=chat)
+
+
+def _read_stops(stops: Any) -> tuple[str, ...]:
+    if isinstance(stops, str | bytes) or not isinstance(stops, Iterable):
+        raise DecodeError("stop_markers must be a list of strings, such as ['<|im_end|>'].")
+    found = tuple(stops)
+    if not all(isinstance(stop, str) and stop for stop in found):
+        raise DecodeError("stop_markers must be a list of non-empty strings, such as ['<|im_end|>'].")
+    return found
 
 
 def _read_tools(

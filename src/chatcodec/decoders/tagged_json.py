@@ -20,10 +20,13 @@ from typing import Literal
 from .base import Sink, parse_arguments
 from .jsonstream import CallKeys, CallList, CallObject, HeaderParser, NamedCall
 from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
-from .pythonic import PyCallList
+from .pycalls import PyCallList
 from .values import ArgsWriter, valid_name
 
 BlockKind = Literal["object", "list", "any_list", "auto", "named", "section", "mistral", "python_tag"]
+FENCE = "```"
+#: the blocks whose body may sit in a code fence right after the opener
+_FENCEABLE = frozenset({"object", "list", "any_list", "auto", "mistral", "python_tag"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,7 @@ class JsonMachine(MachineBase):
     def __init__(self, out: Sink, opts: Options, spec: JsonSpec, think: ThinkSpec | None = None) -> None:
         super().__init__(out, opts, think)
         self.spec = spec
-        self._markers = MarkerSet([*spec.openers, *spec.strip])
+        self._markers = self.body_markers([*spec.openers, *spec.strip])
         self._block = Block("object")
         self._closers: list[str] = []
         self._stops = MarkerSet(())
@@ -89,6 +92,8 @@ class JsonMachine(MachineBase):
         self.emit(i)
         if marker is None:
             return i > pos
+        if self.think_opens(marker):
+            return True
         if marker in self.spec.strip:
             self.markup(i + len(marker))
             return True
@@ -106,6 +111,14 @@ class JsonMachine(MachineBase):
         # JSON itself, so it cannot be one.
         opener = () if marker in ("{", "[") else (marker,)
         self._stops = MarkerSet((*opener, *block.close, *block.call_open, *block.call_close))
+        if block.kind in _FENCEABLE and marker not in ("{", "[") and not marker.startswith(FENCE):
+            self.state = self.s_fence
+        else:
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Go to the state that reads what the block holds."""
+        block = self._block
         if block.kind == "list":
             self._sub = CallList(block.keys, self._stops)
             self.state = self.s_list
@@ -116,6 +129,26 @@ class JsonMachine(MachineBase):
             self.state = self.s_section
         else:
             self.state = self.s_lead
+
+    def s_fence(self, final: bool) -> bool:
+        """A code fence right after the opener (```` ```json ````): markup, closed by ```` ``` ````."""
+        buf, pos = self.buf, self.pos
+        i = skip_space(buf, pos, self.LOOKAHEAD)
+        if i >= len(buf) and not final and i - pos < self.LOOKAHEAD:
+            return False
+        if buf.startswith(FENCE, i):
+            j = i + len(FENCE)
+            while j < len(buf) and buf[j].isalpha() and j - i < 16:
+                j += 1
+            if j >= len(buf) and not final:
+                return False
+            self.hold(j)
+            self._closers.insert(0, FENCE)
+            self._stops = MarkerSet((*self._stops.markers, FENCE))
+        elif len(buf) - i < len(FENCE) and FENCE.startswith(buf[i:]) and not final:
+            return False
+        self._dispatch()
+        return True
 
     def _start_named(self) -> None:
         assert self._block.header is not None
@@ -178,7 +211,16 @@ class JsonMachine(MachineBase):
             self._start_named()
             return True
         if block.kind == "python_tag":
-            self._start_code("python")
+            builtin = _builtin_call(buf, i, final)
+            if builtin is None:
+                return i > pos
+            if builtin:  # Llama 3.1 built-in tools: brave_search.call(query="...")
+                self._sub = PyCallList(False, self._stops, name_suffix=".call")
+                self.state = self.s_list
+            else:  # raw code: the code interpreter
+                tools = self.opts.tools
+                code_tool = "code_interpreter" in (tools or ()) and "python" not in (tools or ())
+                self._start_code("code_interpreter" if code_tool else "python")
             return True
         self._give_up()
         return True
@@ -268,10 +310,16 @@ class JsonMachine(MachineBase):
         return True
 
     def s_block_end(self, final: bool) -> bool:
-        """After a list: its closing marker, if any, is markup."""
-        if not self.markup_after_space(markers(*self._closers), final):
+        """After a list: its closing markers, if any (a fence, then the block's own), are markup."""
+        found = self.marker_after_space(markers(*self._closers), final)
+        if found is None:
             return False
-        self.state = self.s_body
+        i, marker = found
+        if marker is None:
+            self.state = self.s_body
+        else:
+            self.markup(i + len(marker))
+            self._closers.remove(marker)
         return True
 
     # -- sections (DeepSeek, Kimi K2) ----------------------------------------------------------
@@ -329,7 +377,7 @@ class JsonMachine(MachineBase):
             return
         self._writer = ArgsWriter(self.out.args)
         self._writer.key("code")
-        self._code_end = MarkerSet(self._block.close)
+        self._code_end = MarkerSet(self._closers)  # a fence first, if the code sits in one
         self.state = self.s_code
 
     def _read_code(self, final: bool) -> str | None:
@@ -351,11 +399,14 @@ class JsonMachine(MachineBase):
     def s_code(self, final: bool) -> bool:
         """Raw code as the ``code`` argument, until the block's end marker or the end of text."""
         pos = self.pos
-        if self._read_code(final) is None:
+        end = self._read_code(final)
+        if end is None:
             return self.pos > pos
-        self.end_call()
-        self._count += 1
-        self._resume()
+        if end in self._closers:
+            self._closers.remove(end)
+        self._sub = None
+        self._to_trail()  # the block's other closing markers, then the end of the call
+        self._closed = True
         return True
 
     def s_deferred(self, final: bool) -> bool:
@@ -399,9 +450,36 @@ class JsonMachine(MachineBase):
         return True
 
 
+def _builtin_call(buf: str, i: int, final: bool) -> bool | None:
+    """Whether ``buf[i:]`` starts a Llama 3.1 built-in tool call, ``NAME.call(``; None while undecided."""
+    n, j = len(buf), i
+    while j < n and (buf[j].isalnum() or buf[j] == "_") and j - i <= 64:
+        j += 1
+    if j == i or j - i > 64:
+        return False
+    call = ".call("
+    if buf.startswith(call, j):
+        return True
+    if n - j < len(call) and call.startswith(buf[j:]) and not final:
+        return None
+    return False
+
+
 def _object_or_empty(text: str | None) -> dict[str, object]:
     value, ok = parse_arguments(text or "{}")
     return value if ok and isinstance(value, dict) else {}
+
+
+def fenced(spec: JsonSpec) -> JsonSpec:
+    """``spec`` where a call may also sit in a bare ```` ```json ```` code block in the content.
+
+    The block reads a call object, or a list of them, with the keys of the format's first opener.
+    """
+    if "```json" in spec.openers or not spec.openers:
+        return spec
+    keys = next(iter(spec.openers.values())).keys
+    block = Block("auto", (FENCE,), keys=CallKeys(keys.name, keys.args, keys.ids, keys.tolerated, keys.name_as_key))
+    return JsonSpec({**spec.openers, "```json": block}, spec.strip, spec.give_up_after_non_call, spec.code_block)
 
 
 # -- headers -----------------------------------------------------------------------------------

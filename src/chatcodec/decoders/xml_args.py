@@ -143,7 +143,7 @@ class XmlMachine(KeyedArgsMachine):
         super().__init__(out, opts, think)
         self.spec = spec
         opens = [*spec.block_open, *([spec.call_open] if spec.bare_call and spec.call_open else [])]
-        self._openers = MarkerSet(opens)
+        self._openers = self.body_markers(opens)
         self._block_close = MarkerSet(spec.block_close)
         self._call_open = MarkerSet([spec.call_open] if spec.call_open else [])
         in_call = [spec.param_open, *([spec.call_close] if spec.call_close else spec.block_close)]
@@ -176,6 +176,8 @@ class XmlMachine(KeyedArgsMachine):
         self.emit(i)
         if marker is None:
             return i > pos
+        if self.think_opens(marker):
+            return True
         self._calls = 0
         if marker in self.spec.block_open:
             self.hold(i + len(marker))
