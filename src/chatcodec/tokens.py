@@ -1,7 +1,9 @@
 """Codec: chat messages to token ids, with no double BOS, no special-token injection, and assistant masks.
 
 A :class:`Codec` is a :class:`~chatcodec.ChatTemplate` plus a tokenizer from the ``tokenizers`` library
-(never transformers). :meth:`Codec.encode` renders the conversation and tokenizes the prompt so that:
+(never transformers), or any :class:`~chatcodec.vocab.TextTokenizer` (llama.cpp's for a GGUF:
+:class:`chatcodec.backends.GGUFTokenizer`). :meth:`Codec.encode` renders the conversation and tokenizes
+the prompt so that:
 
 * **ids match transformers.** The template owns BOS and EOS: the prompt is tokenized with
   ``add_special_tokens=False``, as ``apply_chat_template(tokenize=True)`` does (parity notes §2.10), so a
@@ -40,7 +42,7 @@ from .injection import Marks, Shield, culprit, reads_marks, stand_ins_in, swap, 
 from .polyfills import Polyfill
 from .render import ChatTemplate
 from .templates import load_template
-from .vocab import Matching, Run, Tokenized, Vocabulary, alternation, common_prefix
+from .vocab import Matching, Run, TextTokenizer, Tokenized, Vocabulary, alternation, common_prefix, vocabulary
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -176,7 +178,7 @@ class Codec:
     def __init__(
         self,
         template: ChatTemplate,
-        tokenizer: Tokenizer | None = None,
+        tokenizer: Tokenizer | TextTokenizer | None = None,
         *,
         control_tokens: Iterable[str] | None = None,
         split_special_tokens: bool = False,
@@ -190,7 +192,7 @@ class Codec:
         #: the recent conversations this codec encoded: the next turn of one costs its new text
         self.history = history if history is not None else History()
         self.tokenizer = tokenizer
-        self._vocab = Vocabulary(tokenizer, split_special_tokens) if tokenizer is not None else None
+        self._vocab = vocabulary(tokenizer, split_special_tokens) if tokenizer is not None else None
         sources = "\0".join(template.sources.values())
         if control_tokens is not None:
             control_tokens = list(control_tokens) if not isinstance(control_tokens, (str, bytes)) else [control_tokens]
@@ -302,7 +304,7 @@ class Codec:
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         """The text of ``ids``, as the tokenizer decodes it."""
-        return self._require_tokenizer().full.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return self._require_tokenizer().decode(ids, skip_special_tokens=skip_special_tokens)
 
     # --- internals ---------------------------------------------------------------------------------------
 

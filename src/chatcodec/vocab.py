@@ -12,15 +12,26 @@ import bisect
 import json
 import re
 import threading
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .exceptions import InputError, SpecialTokenError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["CACHE_SIZE", "Matching", "Run", "Tokenized", "Vocabulary", "alternation", "common_prefix"]
+__all__ = [
+    "CACHE_SIZE",
+    "Matching",
+    "Run",
+    "TextTokenizer",
+    "TokenMatch",
+    "Tokenized",
+    "Vocabulary",
+    "alternation",
+    "common_prefix",
+    "vocabulary",
+]
 
 #: what separates a stretch of text from "the start of the input" for tokenizers that treat the start specially
 _SEPARATOR = "\U0010fffe"
@@ -28,6 +39,65 @@ _SEPARATOR = "\U0010fffe"
 CACHE_SIZE = 16384
 #: how many new stretches are joined into one call of the tokenizer
 _JOINED = 64
+
+
+class TokenMatch(Protocol):
+    """One added token found in text: what :meth:`TextTokenizer.split` yields (``re.Match`` is one)."""
+
+    def start(self) -> int: ...
+
+    def end(self) -> int: ...
+
+    def span(self) -> tuple[int, int]: ...
+
+    def group(self) -> str: ...
+
+
+@runtime_checkable
+class TextTokenizer(Protocol):
+    """A tokenizer from outside the tokenizers library, as a :class:`~chatcodec.Codec` uses it.
+
+    Such a tokenizer works as the tokenizers library does: it finds its added tokens in the text first, and
+    its model encodes each stretch of text between them alone. llama.cpp's tokenizer of a GGUF
+    (:class:`chatcodec.backends.GGUFTokenizer`) is one. With it, a codec gives the same guarantee as with a
+    ``tokenizers.Tokenizer``: control tokens only where the template wrote them.
+
+    - ``added_tokens``: every token matched in text before the model runs, by its text;
+      ``special_tokens``: those of them that are special (control tokens of the model);
+    - ``split(text, pos)``: the added tokens in ``text`` from ``pos`` on, found exactly where the tokenizer
+      finds them, in order (``re.Pattern.finditer`` for a tokenizer that takes the leftmost longest);
+      ``reach``: how many characters past a token's start finding it may read (the longest added token, or
+      more for a tokenizer whose matches depend on tokens that overlap them);
+    - ``encode_plain(text)``: ids and character spans of text in which no added token is matched;
+    - ``affixes()``: the ids the tokenizer adds before and after a text when asked to add special tokens;
+    - ``decode(ids)`` and ``token_to_id(text)``.
+    """
+
+    @property
+    def added_tokens(self) -> Mapping[str, int]: ...
+
+    @property
+    def special_tokens(self) -> frozenset[str]: ...
+
+    @property
+    def reach(self) -> int: ...
+
+    def split(self, text: str, pos: int) -> Iterator[TokenMatch]: ...
+
+    def encode_plain(self, text: str) -> tuple[list[int], list[tuple[int, int]]]: ...
+
+    def affixes(self) -> tuple[list[int], list[int]]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str: ...
+
+    def token_to_id(self, token: str) -> int | None: ...
+
+
+def vocabulary(tokenizer: Tokenizer | TextTokenizer, split_special_tokens: bool) -> Vocabulary:
+    """The :class:`Vocabulary` of a ``tokenizers.Tokenizer`` or of a :class:`TextTokenizer`."""
+    if isinstance(tokenizer, TextTokenizer):
+        return ExternalVocabulary(tokenizer)
+    return Vocabulary(tokenizer, split_special_tokens)
 
 
 class Run:
@@ -166,7 +236,7 @@ class Vocabulary:
         )
         #: the normalizer added tokens are matched after, if any (then control-token marks are found after it too)
         self.normalizer = tokenizer.normalizer if any(t.normalized for t in added.values()) else None
-        self.splitter = re.compile(alternation(self.matched)) if plain_flags else None
+        self.splitter: _Splitter | None = re.compile(alternation(self.matched)) if plain_flags else None
         #: the longest added token: how far a match attempt reads ahead
         self.longest = max(map(len, self.matched), default=1)
         spec = json.loads(tokenizer.to_str())
@@ -487,16 +557,26 @@ class Vocabulary:
             for token, (s, e) in zip(run.ids, run.offsets(), strict=True):
                 if token in control_ids and any(a < e and s < b for a, b in escaped):
                     raise SpecialTokenError(
-                        f"Cannot escape {self.full.id_to_token(token)!r}: the tokenizer produces it from plain text."
+                        f"Cannot escape {self._token_text(token)!r}: the tokenizer produces it from plain text."
                     )
+
+    def _token_text(self, token: int) -> str | None:
+        return self.full.id_to_token(token)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """The text of ``ids``, as the tokenizer decodes it."""
+        return self.full.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def _find_affixes(self) -> tuple[list[int], list[int]]:
+        bare = self.full.encode("a", add_special_tokens=False).ids
+        full = self.full.encode("a", add_special_tokens=True).ids
+        at = next((i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare), 0)
+        return full[:at], full[at + len(bare) :]
 
     def add_missing_special_tokens(self, runs: list[Run]) -> list[Run]:
         """Prepend and append what the post-processor adds (BOS, EOS), unless the prompt has it already."""
         if self._affixes is None:
-            bare = self.full.encode("a", add_special_tokens=False).ids
-            full = self.full.encode("a", add_special_tokens=True).ids
-            at = next((i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare), 0)
-            self._affixes = (full[:at], full[at + len(bare) :])
+            self._affixes = self._find_affixes()
         prefix, suffix = self._affixes
         ids = [i for run in runs for i in run.ids]
         if prefix and ids[: len(prefix)] != prefix:
@@ -504,6 +584,73 @@ class Vocabulary:
         if suffix and ids[-len(suffix) :] != suffix:
             runs = [*runs, Run(0, list(suffix), width=-1)]
         return runs
+
+
+class _Splitter(Protocol):
+    def finditer(self, string: str, pos: int) -> Iterator[TokenMatch]: ...
+
+
+class _Split:
+    """A :class:`TextTokenizer`'s own way of finding its added tokens, as a splitter."""
+
+    __slots__ = ("_split",)
+
+    def __init__(self, tokenizer: TextTokenizer) -> None:
+        self._split = tokenizer.split
+
+    def finditer(self, string: str, pos: int = 0) -> Iterator[TokenMatch]:
+        return self._split(string, pos)
+
+
+class _Spans:
+    """The offsets of a stretch a :class:`TextTokenizer` encoded, read by :meth:`Run.offsets`."""
+
+    __slots__ = ("offsets",)
+
+    def __init__(self, offsets: list[tuple[int, int]]) -> None:
+        self.offsets = offsets
+
+
+class ExternalVocabulary(Vocabulary):
+    """A :class:`Vocabulary` over a :class:`TextTokenizer`: the prompt is split where the tokenizer splits it,
+    and each stretch of text is encoded by the tokenizer with no added token matched in it."""
+
+    def __init__(self, tokenizer: TextTokenizer) -> None:  # the tokenizers library is never needed
+        self.full = tokenizer  # type: ignore[assignment]
+        self.text_tokenizer = tokenizer
+        self.added = dict(tokenizer.added_tokens)
+        self.special = frozenset(tokenizer.special_tokens)
+        self.matched = frozenset(self.added)
+        self.normalizer = None
+        self.splitter = _Split(tokenizer)
+        self.longest = max(tokenizer.reach, 1)
+        self.start_sensitive = False
+        self.split_special_tokens = False
+        self._names = {index: text for text, index in self.added.items()}
+        self._cache = {}
+        self._affixes = None
+        self._without = {}
+        self._lock = threading.Lock()
+
+    def _encode_missing(self, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[list[int], Any, int, int]]:
+        fresh: dict[tuple[str, bool], tuple[list[int], Any, int, int]] = {}
+        for key in keys:
+            ids, spans = self.text_tokenizer.encode_plain(key[0])
+            fresh[key] = (ids, _Spans(spans), 0, 0)
+        if len(self._cache) + len(keys) > CACHE_SIZE:
+            self._cache.clear()
+        self._cache.update(fresh)
+        return fresh
+
+    def _token_text(self, token: int) -> str | None:
+        return self._names.get(token)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return self.text_tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def _find_affixes(self) -> tuple[list[int], list[int]]:
+        prefix, suffix = self.text_tokenizer.affixes()
+        return list(prefix), list(suffix)
 
 
 def common_prefix(a: str, b: str, limit: int | None = None) -> int:

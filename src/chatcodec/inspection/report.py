@@ -16,6 +16,7 @@ from ..decoders import detect
 from ..exceptions import ChatcodecError, TemplateError
 from ..render import ChatTemplate
 from ..templates import load_template
+from ..vocab import TextTokenizer
 from .prefix import PrefixStability, prefix_stability
 from .probes import NOW, Needles, render_or_error, tool_call_turn, tool_result
 from .text import Style, capabilities_text, visible
@@ -224,7 +225,10 @@ def token_overhead(codec: Codec) -> Overhead:
     assert tokenizer is not None  # encode needs one
     per_role: dict[str, int] = {}
     for message, count in zip(messages, counts, strict=True):
-        content = len(tokenizer.encode(message["content"], add_special_tokens=False).ids)
+        if isinstance(tokenizer, TextTokenizer):  # a GGUF's, through llama.cpp
+            content = len(tokenizer.encode_plain(message["content"])[0])
+        else:
+            content = len(tokenizer.encode(message["content"], add_special_tokens=False).ids)
         per_role.setdefault(message["role"], count - content)
     return Overhead(
         per_role=per_role,
