@@ -350,15 +350,12 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], bool]:
             raise _fail(f"{fw}.name", f"{fw}.name {name!r} is given twice.")
         seen.add(name)
         params = fn.get("parameters")
-        if params is None:
-            params = {"type": "object", "properties": {}}
-        _check_schema(params, f"{fw}.parameters")
-        entry: dict[str, Any] = {"name": name, "parameters": params}
-        if fn.get("description") is not None:
-            if not isinstance(fn["description"], str):
-                raise _fail(f"{fw}.description", f"{fw}.description must be a string.")
-            entry["description"] = fn["description"]
-        out.append({"type": "function", "function": entry})
+        if params is not None:
+            _check_schema(params, f"{fw}.parameters")
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise _fail(f"{fw}.description", f"{fw}.description must be a string.")
+        # the template renders the tool as the caller wrote it (its keys, in their order), as vLLM does
+        out.append({"type": "function", "function": fn} if legacy else item)
     return out, legacy
 
 
