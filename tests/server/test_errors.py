@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -79,11 +78,9 @@ BAD: list[tuple[Any, int, str | None, str]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = chatcodec_serve(tmp_path_factory.mktemp("errors"), "--template", "gpt-oss", name="errors")
-    yield server
-    server.stop()
+@pytest.fixture
+def server(qwen35_template: Server) -> Server:
+    return qwen35_template
 
 
 def post(server: Server, body: Any, path: str = "/v1/chat/completions") -> httpx.Response:
@@ -121,12 +118,12 @@ def test_body_over_the_size_limit(server: Server) -> None:
 
 
 def test_template_error_carries_the_template_message(server: Server) -> None:
-    # gpt-oss's template refuses a tool result that answers no call.
-    lost = [{"role": "user", "content": "Hi"}, {"role": "tool", "content": "26.1", "tool_call_id": "call_1"}]
-    answer = post(server, {"messages": lost, "max_tokens": 2})
+    # Qwen3.5's template refuses a chat without a user message (no polyfill helps there).
+    alone = [{"role": "assistant", "content": "Hello."}]
+    answer = post(server, {"messages": alone, "max_tokens": 2})
     assert answer.status_code == 400
     message = answer.json()["error"]["message"]
-    assert "Message has tool role, but there was no previous assistant message with a tool call!" in message
+    assert "No user query found in messages." in message
     still_serving(server)
 
 
@@ -198,3 +195,23 @@ def test_backend_timeout_is_504(tmp_path_factory: pytest.TempPathFactory) -> Non
     finally:
         gateway.stop()
         silent.stop()
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["serve", "--tokenizer", "x.gguf"], "--tokenizer is for --backend"),
+        (
+            ["serve", "--backend", "http://127.0.0.1:9", "--template", "qwen3", "--tokenizer", "/nowhere"],
+            "no tokenizer at",
+        ),
+        (["serve", "--backend", "http://127.0.0.1:9"], "--backend needs --template"),
+        (["serve", "--backend", "ftp://x", "--template", "qwen3"], "must start with http"),
+    ],
+)
+def test_serve_command_errors_are_one_line(argv: list[str], words: str) -> None:
+    from ..cli.test_render import run
+
+    code, stdout, stderr = run(argv)
+    assert code == 2 and not stdout
+    assert stderr.count("\n") == 1 and stderr.startswith("chatcodec: error:") and words in stderr, stderr

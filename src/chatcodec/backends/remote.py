@@ -12,6 +12,11 @@ field of its ``/v1/models`` answer unless given:
   ``guided_grammar`` that earlier releases read;
 - ``"sglang"``: ``json_schema`` or ``ebnf``;
 - ``"none"``: nothing is sent; the server validates the output instead.
+
+A chat prompt goes as token ids to the engines that take them (vLLM, SGLang, llama.cpp's server, another
+``chatcodec serve``), so that text from the caller never becomes a control token there. An engine that takes
+only text (llama-cpp-python's server) gets the text, but not when the caller's text holds a control token:
+it would read it as one, so that request is refused (400) with the field named.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ __all__ = ["DIALECTS", "Dialect", "RemoteBackend"]
 Dialect = Literal["llama.cpp", "vllm", "sglang", "none"]
 DIALECTS: tuple[str, ...] = ("auto", "llama.cpp", "vllm", "sglang", "none")
 _OWNERS: dict[str, Dialect] = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp", "me": "llama.cpp"}
+#: engines (by the owned_by of their /v1/models) whose /v1/completions takes a prompt of token ids
+_TAKE_IDS = frozenset({"vllm", "sglang", "llamacpp", "chatcodec"})
 
 
 class RemoteBackend:
@@ -107,7 +114,7 @@ class RemoteBackend:
         """The JSON body of the ``/v1/completions`` request for ``request``."""
         body: dict[str, Any] = {
             "model": self.info.id,
-            "prompt": request.prompt if isinstance(request.prompt, str) else list(request.prompt),
+            "prompt": self._prompt(request),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -141,6 +148,25 @@ class RemoteBackend:
                     body["ebnf"] = constraint.grammar
         body.update(request.extra)
         return body
+
+    @property
+    def takes_token_ids(self) -> bool:
+        """Whether the engine's /v1/completions takes token ids (known once :meth:`connect` has run)."""
+        return self._info is not None and self._info.owned_by in _TAKE_IDS
+
+    def _prompt(self, request: Generation) -> str | list[int]:
+        prompt = request.prompt
+        if isinstance(prompt, str):
+            return prompt
+        if self.takes_token_ids or request.text is None:
+            return list(prompt)
+        if request.unsafe_text is not None:
+            raise InputError(
+                f"{request.unsafe_text}, and the engine at {self.base_url} ({self.info.owned_by}) takes prompts as"
+                " text, where it would read that as a control token: remove it, or serve with an engine that"
+                " takes token ids (vLLM, SGLang, llama.cpp's server)."
+            )
+        return request.text
 
     async def generate(self, request: Generation) -> AsyncGenerator[Chunk, None]:
         await self.connect()

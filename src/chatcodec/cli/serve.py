@@ -2,13 +2,15 @@
 
 chatcodec serve                                     # SmolLM2-135M-Instruct, embedded, on 127.0.0.1:8000
 chatcodec serve --model path/to/model.gguf
-chatcodec serve --backend http://127.0.0.1:8080 --template qwen3
+chatcodec serve --backend http://127.0.0.1:8080 --template qwen3 --tokenizer path/to/Qwen3-8B
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any
 
 from ..exceptions import InputError, LoadError
 from ..templates import load_template
@@ -35,6 +37,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         dest="template",
         metavar="NAME|PATH",
         help="chat template: a built-in name or a path (default: the GGUF's own; required with --backend)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="remote backend: the model's tokenizer (a .gguf, a tokenizer.json or its folder), so that chats go to"
+        " the engine as token ids in which caller text is never a control token (default: --template's, when it"
+        " is a .gguf or a model folder)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
@@ -84,9 +93,18 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
     backend: Backend
     template = common.with_limits(load_template(args.template), args) if args.template else None
+    tokenizer: Any = None
+    if args.tokenizer and not args.backend:
+        raise InputError("--tokenizer is for --backend: the embedded model tokenizes with its own GGUF.")
     if args.backend:
         if template is None:
             raise InputError("--backend needs --template NAME|PATH: the remote engine does not say its chat template.")
+        tokenizer = _tokenizer(args.tokenizer, args.template)
+        if tokenizer is None:
+            common.note(
+                "prompts go to the engine as text, where it reads control tokens whoever wrote them; pass"
+                " --tokenizer (the model's .gguf or tokenizer.json) to send token ids"
+            )
         backend = RemoteBackend(
             args.backend, model=args.served_model_name, dialect=args.structured_outputs, timeout=args.backend_timeout
         )
@@ -101,8 +119,37 @@ def run(args: argparse.Namespace) -> int:
         model=args.served_model_name,
         tool_parser=args.tool_call_parser,
         polyfill=False if args.no_polyfill else "auto",
+        tokenizer=tokenizer,
     )
     common.flush_notes()
     print(f"chatcodec: serving {backend.info.id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
+
+
+def _tokenizer(given: str | None, template: str) -> Any:
+    """The tokenizer at ``given``, or beside the template (a .gguf, a folder with tokenizer.json), or None."""
+    from ..backends import GGUFTokenizer
+
+    if given is None:
+        path = Path(template).expanduser()
+        if path.suffix == ".gguf" and path.is_file():
+            return GGUFTokenizer(path)
+        if path.is_dir() and (path / "tokenizer.json").is_file():
+            given = str(path)
+        else:
+            return None
+    path = Path(given).expanduser()
+    if path.suffix == ".gguf":
+        return GGUFTokenizer(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise InputError(f"--tokenizer: no tokenizer at {file} (give a .gguf, a tokenizer.json or its folder).")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise LoadError("A tokenizer.json needs the tokenizers package: pip install 'chatcodec[tokens]'.") from None
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:  # the Rust side raises a bare Exception for a malformed file
+        raise InputError(f"--tokenizer: {file} is not a tokenizer.json the tokenizers library reads: {exc}.") from None

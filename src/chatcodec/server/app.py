@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -24,9 +24,14 @@ from starlette.routing import Route
 from ..backends import Backend, Chunk, Generation
 from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, InputError
 from ..render import ChatTemplate
+from ..tokens import Codec
+from ..vocab import TextTokenizer
 from .chat import ChatService
 from .errors import APIError
 from .protocol import parse_chat, parse_completion
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = ["create_app"]
 
@@ -74,11 +79,26 @@ def create_app(
     polyfill: str | bool = "auto",
     max_body: int = MAX_BODY,
     default_max_tokens: int | None = None,
+    tokenizer: Tokenizer | TextTokenizer | None = None,
 ) -> Starlette:
-    """The server for ``backend`` with ``template`` (serve it with uvicorn)."""
+    """The server for ``backend`` with ``template`` (serve it with uvicorn).
+
+    ``tokenizer`` is the model's (default: the backend's own ``tokenizer``, as the embedded model has): chats are
+    then encoded to token ids by a :class:`~chatcodec.Codec`, so text from the caller never becomes a control
+    token. Without one, prompts go to the backend as text.
+    """
     name = model or backend.info.id
+    if tokenizer is None:
+        tokenizer = getattr(backend, "tokenizer", None)
+    codec = Codec(template, tokenizer) if tokenizer is not None else None
     service = ChatService(
-        backend, template, model=name, tool_parser=tool_parser, polyfill=polyfill, default_max_tokens=default_max_tokens
+        backend,
+        template,
+        model=name,
+        tool_parser=tool_parser,
+        polyfill=polyfill,
+        default_max_tokens=default_max_tokens,
+        codec=codec,
     )
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -195,14 +215,14 @@ def create_app(
             chat_body = {k: v for k, v in body.items() if k in ("messages", "tools", "chat_template_kwargs")}
             req = parse_chat(chat_body)
             kwargs = dict(req.chat_template_kwargs)
+            options: dict[str, Any] = dict(tools=req.tools, add_generation_prompt=add_generation_prompt, **kwargs)
             try:
-                text = template.render(
-                    req.messages,
-                    tools=req.tools,
-                    add_generation_prompt=add_generation_prompt,
-                    polyfill=polyfill,
-                    **kwargs,
-                )
+                if codec is not None:
+                    encoding = codec.encode(req.messages, polyfill=polyfill, **options)
+                    text, ids = encoding.text, encoding.input_ids
+                else:
+                    text = template.render(req.messages, polyfill=polyfill, **options)
+                    ids = await backend.tokenize(text)
             except ChatcodecError as exc:
                 raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
         else:
@@ -210,7 +230,7 @@ def create_app(
             if not isinstance(prompt, str):
                 raise APIError(400, "prompt must be a string (or give messages).", param="prompt")
             text = prompt
-        ids = await backend.tokenize(text)
+            ids = await backend.tokenize(text)
         answer: dict[str, Any] = {"count": len(ids), "max_model_len": backend.info.context_length, "tokens": ids}
         if body.get("return_token_strs"):
             answer["token_strs"] = [await backend.detokenize([i]) for i in ids]
@@ -254,9 +274,12 @@ def create_app(
         # The first request would otherwise pay for the template's probe renders (capabilities, the
         # output format) and its compilation: do it once, before serving.
         probe_tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-        for warm in ({}, {"tools": [probe_tool], "tool_choice": "required"}):
+        for extra in ({}, {"tools": [probe_tool], "tool_choice": "required"}):
             with contextlib.suppress(APIError, ChatcodecError):
-                service.plan(parse_chat({"messages": [{"role": "user", "content": "Hi"}], **warm}))
+                service.plan(parse_chat({"messages": [{"role": "user", "content": "Hi"}], **extra}))
+        warm = getattr(backend, "warm", None)
+        if warm is not None:  # the embedded model: its first evaluation, before the first request
+            await warm()
         connect = getattr(backend, "connect", None)
         if connect is not None:
             try:

@@ -21,7 +21,8 @@ from ..backends import Backend, Chunk, Constraint, Generation
 from ..decoders import AssistantMessage, Decoder, Delta, ToolCall, decoder, decoder_for
 from ..exceptions import ChatcodecError, InputError, TemplateError
 from ..render import ChatTemplate
-from .constrain import Frame, learn_frame, response_constraint, text_constraint, tool_constraint
+from ..tokens import Codec
+from .constrain import Frame, learn_frame, response_constraint, text_constraint, thinking_for, tool_constraint
 from .errors import APIError
 from .protocol import ChatRequest
 
@@ -103,9 +104,13 @@ class ChatService:
         tool_parser: str | None = None,
         polyfill: str | bool = "auto",
         default_max_tokens: int | None = None,
+        codec: Codec | None = None,
     ) -> None:
         self.backend = backend
         self.template = template
+        #: the template with the model's tokenizer: prompts become ids in which text from the caller is never a
+        #: control token (None: the prompt goes as text, for a remote engine whose tokenizer is not at hand)
+        self.codec = codec
         self.model = model
         self.tool_parser = tool_parser
         self.polyfill = polyfill
@@ -118,10 +123,20 @@ class ChatService:
         """Render the prompt and choose the decoder and the constraint (400 errors for bad input)."""
         kwargs = dict(req.chat_template_kwargs)
         tools = req.tools
+        ids: list[int] | None = None
+        unsafe: str | None = None
         try:
-            prompt = self.template.render(
-                req.messages, tools=tools, add_generation_prompt=True, polyfill=self.polyfill, **kwargs
-            )
+            if self.codec is not None:
+                encoding = self.codec.encode(
+                    req.messages, tools=tools, add_generation_prompt=True, polyfill=self.polyfill, **kwargs
+                )
+                prompt, ids = encoding.text, encoding.input_ids
+                if encoding.escaped:  # only ids keep it text: an engine that reads text would see a control token
+                    unsafe = self._culprit(req, kwargs, prompt[slice(*encoding.escaped[0])])
+            else:
+                prompt = self.template.render(
+                    req.messages, tools=tools, add_generation_prompt=True, polyfill=self.polyfill, **kwargs
+                )
         except TemplateError as exc:
             raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
         except ChatcodecError as exc:
@@ -130,7 +145,9 @@ class ChatService:
         constraint = self._constraint(req, dec.name, kwargs)
         stops = tuple(dict.fromkeys(req.stop))
         generation = Generation(
-            prompt,
+            ids if ids is not None else prompt,
+            text=prompt,
+            unsafe_text=unsafe,
             max_tokens=req.max_tokens if req.max_tokens is not None else self.default_max_tokens,
             temperature=req.temperature,
             top_p=req.top_p,
@@ -140,6 +157,22 @@ class ChatService:
         )
         by_name = {t["function"]["name"]: t["function"] for t in tools or ()}
         return Plan(req, prompt, generation, dec, by_name, constraint is not None)
+
+    def _culprit(self, req: ChatRequest, kwargs: Mapping[str, Any], token: str) -> str:
+        """Which caller string holds the control token ``token`` that the encoding kept as text."""
+        assert self.codec is not None
+        try:
+            self.codec.encode(
+                req.messages,
+                tools=req.tools,
+                add_generation_prompt=True,
+                polyfill=self.polyfill,
+                content_special_tokens="reject",
+                **kwargs,
+            )
+        except ChatcodecError as exc:
+            return str(exc).split(". Content may not", 1)[0]
+        return f"The request's text holds the control token {token!r}"
 
     def _decoder(self, req: ChatRequest, kwargs: Mapping[str, Any]) -> Decoder:
         thinking = kwargs.get("enable_thinking")
@@ -154,22 +187,28 @@ class ChatService:
             raise APIError(400, str(exc), param="chat_template_kwargs") from None
 
     def _constraint(self, req: ChatRequest, format_name: str, kwargs: Mapping[str, Any]) -> Constraint | None:
+        enable = kwargs.get("enable_thinking")
+        thinking = thinking_for(self.template, enable if isinstance(enable, bool) else None)
         try:
             if req.tools and req.tool_choice not in ("none", "auto"):
                 frame = self._frame(format_name, kwargs)
-                found = tool_constraint(
-                    format_name, req.tools, req.tool_choice, parallel=req.parallel_tool_calls, frame=frame
+                return tool_constraint(
+                    format_name,
+                    req.tools,
+                    req.tool_choice,
+                    parallel=req.parallel_tool_calls,
+                    frame=frame,
+                    thinking=thinking,
                 )
-                if found is None:
-                    return None
-                return found
             if req.response_format is not None:
-                return response_constraint(req.response_format)
+                return response_constraint(req.response_format, thinking)
             if req.tools and req.tool_choice == "auto":
                 frame = self._frame(format_name, kwargs)
-                return tool_constraint(format_name, req.tools, "auto", parallel=req.parallel_tool_calls, frame=frame)
+                return tool_constraint(
+                    format_name, req.tools, "auto", parallel=req.parallel_tool_calls, frame=frame, thinking=thinking
+                )
             if req.tools and req.tool_choice == "none" and format_name == "generic":
-                return text_constraint()
+                return text_constraint(thinking)
         except InputError as exc:
             raise APIError(400, f"Cannot constrain generation to the schema: {exc}", param="tools") from None
         return None

@@ -8,6 +8,10 @@
   by calls;
 - otherwise nothing.
 
+A reasoning model may think before it answers: where the generation prompt leaves a think block open
+(Qwen3.5), the constraint starts with the rest of that thought and its closing tag; where the template writes
+think blocks but the prompt opens none (Qwen3), the answer may start with one (:class:`Thinking`).
+
 See :mod:`chatcodec.server.grammar` for the grammar itself.
 """
 
@@ -19,12 +23,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backends import Constraint
+from ..capabilities import THINK_TAGS
 from ..exceptions import ChatcodecError
 from ..render import ChatTemplate
 from .grammar import GrammarBuilder, gbnf_literal
 from .protocol import ResponseFormat
 
-__all__ = ["Frame", "learn_frame", "response_constraint", "text_constraint", "tool_constraint"]
+__all__ = [
+    "Frame",
+    "Thinking",
+    "learn_frame",
+    "response_constraint",
+    "text_constraint",
+    "thinking_for",
+    "tool_constraint",
+]
 
 _PROBE_NAME = "get_weather"
 _PROBE_ARGS = {"city": "Paris"}
@@ -61,6 +74,36 @@ class Frame:
         """The literal text that opens a call (empty when calls start with bare JSON)."""
         head = self.prefix.strip().split("\n")[0]
         return head.split("{")[0].strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """How an answer may begin with reasoning: with ``opened``, the generation prompt opened a think block that
+    the answer must close (``end``) first; otherwise the answer may open one (``start`` ... ``end``) first."""
+
+    start: str
+    end: str
+    opened: bool
+
+    def prefix(self, g: GrammarBuilder) -> str:
+        """The grammar of the reasoning before the answer."""
+        thought = g.text_without(self.end)
+        after = g.rule("after-thought", "[ \\t\\n]{0,8}")
+        if self.opened:
+            return f"{thought} {gbnf_literal(self.end)} {after}"
+        return f"( {gbnf_literal(self.start)} {thought} {gbnf_literal(self.end)} {after} )?"
+
+
+def thinking_for(template: ChatTemplate, enable_thinking: bool | None) -> Thinking | None:
+    """Whether answers with ``template`` may start with reasoning (see :class:`Thinking`), or None."""
+    caps = template.capabilities
+    state = caps.think_state_for(enable_thinking)
+    start, end = caps.think_tags or THINK_TAGS[0]
+    if state == "open":
+        return Thinking(start, end, opened=True)
+    if state == "none" and caps.think_tags is not None:
+        return Thinking(start, end, opened=False)
+    return None
 
 
 def learn_frame(template: ChatTemplate, render_kwargs: Mapping[str, Any] | None = None) -> Frame | None:
@@ -128,6 +171,7 @@ def tool_constraint(
     *,
     parallel: bool,
     frame: Frame | None,
+    thinking: Thinking | None = None,
 ) -> Constraint | None:
     """The constraint for ``tool_choice`` = ``choice`` ("auto", "required" or a function name)."""
     chosen = [t for t in tools if choice in ("auto", "required") or t["function"]["name"] == choice]
@@ -135,10 +179,12 @@ def tool_constraint(
     if choice not in ("auto", "required"):
         parallel = False
     if format_name == "generic":
-        return _generic(chosen, parallel=parallel, allow_text=allow_text)
+        return _generic(chosen, parallel=parallel, allow_text=allow_text, thinking=thinking)
     if frame is None or (allow_text and not frame.marker):
         return None
-    return _framed(frame, chosen, parallel=parallel, allow_text=allow_text)
+    if thinking is None and frame.think:
+        thinking = Thinking(*THINK_TAGS[0], opened=False)
+    return _framed(frame, chosen, parallel=parallel, allow_text=allow_text, thinking=thinking)
 
 
 def _call_rules(g: GrammarBuilder, tools: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, Mapping[str, Any]]]:
@@ -150,7 +196,9 @@ def _call_rules(g: GrammarBuilder, tools: Sequence[Mapping[str, Any]]) -> list[t
     return out
 
 
-def _generic(tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: bool) -> Constraint:
+def _generic(
+    tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: bool, thinking: Thinking | None
+) -> Constraint:
     g = GrammarBuilder()
     ws = g.primitive("ws")
     calls = []
@@ -187,6 +235,9 @@ def _generic(tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: 
         root = f"{g.rule('calls', root)} | {answer}"
         schema = None
         what = "an answer or " + what
+    if thinking is not None:
+        root = f"{thinking.prefix(g)} ( {root} )"
+        schema = None
     return Constraint(g.build(root), schema, what)
 
 
@@ -194,12 +245,23 @@ def _generic(tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: 
 _PLAIN_TEXT = "[^{ \\t\\n\\r] [^\\x00]*"
 
 
-def text_constraint() -> Constraint:
+def text_constraint(thinking: Thinking | None = None) -> Constraint:
     """``tool_choice`` "none" in the generic protocol: a plain answer, never the JSON of a call."""
-    return Constraint(f"root ::= {_PLAIN_TEXT}\n", None, "an answer without tool calls")
+    if thinking is None:
+        return Constraint(f"root ::= {_PLAIN_TEXT}\n", None, "an answer without tool calls")
+    g = GrammarBuilder()
+    answer = g.rule("answer", _PLAIN_TEXT)
+    return Constraint(g.build(f"{thinking.prefix(g)} {answer}"), None, "an answer without tool calls")
 
 
-def _framed(frame: Frame, tools: Sequence[Mapping[str, Any]], *, parallel: bool, allow_text: bool) -> Constraint | None:
+def _framed(
+    frame: Frame,
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    parallel: bool,
+    allow_text: bool,
+    thinking: Thinking | None,
+) -> Constraint:
     g = GrammarBuilder()
     ws = g.primitive("ws")
     ident = g.rule("call-id", "[a-zA-Z0-9]{9}")
@@ -214,46 +276,29 @@ def _framed(frame: Frame, tools: Sequence[Mapping[str, Any]], *, parallel: bool,
         calls.append(g.rule("call", " ".join(p for p in parts if p != '""')))
     call = g.rule("any-call", " | ".join(calls))
     body = f"{call} ( {ws} {call} )*" if parallel else call
-    if frame.think and not allow_text:
-        thought = _text_without(g, "</think>")
-        body = f'( "<think>" {thought} "</think>" {ws} )? {body}'
     what = "a call to " + " or ".join(t["function"]["name"] for t in tools)
     if allow_text:
-        if frame.marker[0] in frame.marker[1:]:
-            return None  # text without such a marker needs a full matcher; leave auto unconstrained
-        free = _text_without(g, frame.marker)
+        # free text (a thought too: it holds no call marker) then calls, if any
+        free = g.text_without(frame.marker)
         calls_rule = g.rule("calls", body)
-        return Constraint(g.build(f"{free} ( {calls_rule} )?"), None, "text or " + what)
+        if thinking is not None and thinking.opened:
+            body = f"{thinking.prefix(g)} {free} ( {calls_rule} )?"
+        else:
+            body = f"{free} ( {calls_rule} )?"
+        return Constraint(g.build(body), None, "text or " + what)
+    if thinking is not None:
+        body = f"{thinking.prefix(g)} {body}"
     return Constraint(g.build(body), None, what)
 
 
-def _text_without(g: GrammarBuilder, marker: str) -> str:
-    """A rule for any text that never contains ``marker``, whose first character occurs only once in it.
-
-    State ``i`` has matched the first ``i`` characters of the marker; the marker's first character
-    goes back to state 1, any other mismatch to state 0, and state ``len(marker)`` is never reached.
-    """
-    names = [f"free{i}" for i in range(len(marker))]
-    first = marker[0]
-    for i, ch in enumerate(marker):
-        forward = f" | {gbnf_literal(ch)} {names[i + 1]}" if i + 1 < len(marker) else ""
-        if i == 0:
-            body = f"| {_not_chars(first)} {names[0]}{forward}"
-        else:
-            body = f"| {gbnf_literal(first)} {names[1]} | {_not_chars(ch + first)} {names[0]}{forward}"
-        g.reserve(names[i], body)
-    return names[0]
-
-
-def _not_chars(chars: str) -> str:
-    special = {"\\": "\\\\", "]": "\\]", "^": "\\^", "-": "\\-", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-    return "[^" + "".join(special.get(ch, ch) for ch in dict.fromkeys(chars)) + "]"
-
-
-def response_constraint(fmt: ResponseFormat) -> Constraint:
-    """One JSON value for ``response_format``."""
+def response_constraint(fmt: ResponseFormat, thinking: Thinking | None = None) -> Constraint:
+    """One JSON value for ``response_format``, after the reasoning ``thinking`` allows."""
     g = GrammarBuilder()
     if fmt.type == "json_object" or fmt.schema is None:
-        return Constraint(g.build(g.primitive("object")), {"type": "object"}, "a JSON object")
-    rule = g.schema(fmt.schema, "answer", root=fmt.schema)
-    return Constraint(g.build(rule), dict(fmt.schema), f"JSON for the schema {fmt.name or ''}".rstrip())
+        rule, schema, what = g.primitive("object"), {"type": "object"}, "a JSON object"
+    else:
+        rule = g.schema(fmt.schema, "answer", root=fmt.schema)
+        schema, what = dict(fmt.schema), f"JSON for the schema {fmt.name or ''}".rstrip()
+    if thinking is None:
+        return Constraint(g.build(rule), schema, what)
+    return Constraint(g.build(f"{thinking.prefix(g)} {rule}"), None, what)

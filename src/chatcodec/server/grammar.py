@@ -124,6 +124,40 @@ class GrammarBuilder:
         """Define the rule ``name`` exactly (for rules that refer to each other by name)."""
         self._rules[name] = body
 
+    def text_without(self, marker: str) -> str:
+        """A rule for any text that never holds ``marker`` (and may end with a part of it).
+
+        The rules are the states of a string-matching automaton (Knuth-Morris-Pratt): state ``i`` has read
+        text that ends with the marker's first ``i`` characters and holds no marker; each character leads
+        to the state of the longest prefix of the marker the text then ends with, and no character leads to
+        the whole marker. So markers that repeat their first character (``>>>``, ``<|<``) are handled too.
+        """
+        if not marker:
+            raise ValueError("text_without needs a marker")
+        size = len(marker)
+        fail = [0] * size  # fail[i]: the longest proper prefix of marker[: i + 1] that is also its suffix
+        k = 0
+        for i in range(1, size):
+            while k and marker[i] != marker[k]:
+                k = fail[k - 1]
+            if marker[i] == marker[k]:
+                k += 1
+            fail[i] = k
+
+        def step(state: int, char: str) -> int:
+            while state and marker[state] != char:
+                state = fail[state - 1]
+            return state + 1 if marker[state] == char else 0
+
+        base = self._fresh("free")
+        names = [base] + [f"{base}-{i}" for i in range(1, size)]
+        alphabet = list(dict.fromkeys(marker))
+        for state, name in enumerate(names):
+            moves = [f"{gbnf_literal(c)} {names[step(state, c)]}" for c in alphabet if step(state, c) < size]
+            moves.append(f"{_not_chars(alphabet)} {base}")
+            self._rules[name] = "| " + " | ".join(moves)  # the empty alternative first: the text may end here
+        return base
+
     def _fresh(self, hint: str) -> str:
         base = _NAME_CHARS.sub("-", hint).strip("-").lower() or "r"
         if base in _PRIMITIVES or base == "root":
@@ -287,6 +321,12 @@ class GrammarBuilder:
 
 _LITERALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
 _WORDS = re.compile(r"[a-zA-Z0-9-]+")
+
+
+def _not_chars(chars: Sequence[str]) -> str:
+    """A character class for any character but ``chars``."""
+    special = {"\\": "\\\\", "]": "\\]", "^": "\\^", "-": "\\-", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    return "[^" + "".join(special.get(c, c) for c in dict.fromkeys(chars)) + "]"
 
 
 def _references(body: str) -> list[str]:
