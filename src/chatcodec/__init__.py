@@ -48,6 +48,7 @@ from .templates import load_template as load_template
 from .tokens import Codec as Codec
 from .tokens import Encoding as Encoding
 from .tokens import load as load
+from .vocab import TextTokenizer as TextTokenizer
 
 if _typing.TYPE_CHECKING:  # what type checkers and IDEs see for the lazy names
     from .compat import apply_chat_template as apply_chat_template
@@ -105,6 +106,7 @@ __all__ = [
     "TemplateRaisedError",
     "TemplateRuntimeError",
     "TemplateSyntaxError",
+    "TextTokenizer",
     "ToolCall",
     "ToolCallDelta",
     "Toolbox",

@@ -1,7 +1,7 @@
 """Codec: chat messages to token ids, with no double BOS, no special-token injection, and assistant masks.
 
 A :class:`Codec` is a :class:`~chatcodec.ChatTemplate` plus a tokenizer from the ``tokenizers`` library
-(never transformers), or any :class:`~chatcodec.vocab.TextTokenizer` (llama.cpp's for a GGUF:
+(never transformers), or any :class:`~chatcodec.TextTokenizer` (llama.cpp's for a GGUF:
 :class:`chatcodec.backends.GGUFTokenizer`). :meth:`Codec.encode` renders the conversation and tokenizes
 the prompt so that:
 

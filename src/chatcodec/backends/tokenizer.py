@@ -1,4 +1,4 @@
-"""llama.cpp's own tokenizer of a GGUF, as a :class:`~chatcodec.vocab.TextTokenizer` for a :class:`~chatcodec.Codec`.
+"""llama.cpp's own tokenizer of a GGUF, as a :class:`~chatcodec.TextTokenizer` for a :class:`~chatcodec.Codec`.
 
 llama.cpp tokenizes a prompt in two steps. It first cuts the text at its "special" tokens: those whose
 attribute is CONTROL, USER_DEFINED or UNKNOWN, the longest first, each at every place it occurs in what is
