@@ -69,6 +69,7 @@ BAD: list[tuple[Any, int, str | None, str]] = [
     ),
     ({"messages": USER, "stream_options": {"include_usage": True}}, 400, "stream_options", "stream is true"),
     ({"messages": USER, "chat_template_kwargs": []}, 400, "chat_template_kwargs", "JSON object"),
+    ({"messages": USER, "chat_template_kwargs": {"polyfill": False}}, 400, "chat_template_kwargs.polyfill", "may not"),
     (
         {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]},
         400,

@@ -28,6 +28,13 @@ from .errors import APIError
 __all__ = ["ChatRequest", "CompletionRequest", "ResponseFormat", "parse_chat", "parse_completion"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+#: names chat_template_kwargs may not set: the request's own fields, and the encoder's options
+_RESERVED = frozenset(
+    {
+        "messages", "tools", "documents", "add_generation_prompt", "continue_final_message", "chat_template",
+        "polyfill", "now", "content_special_tokens", "add_special_tokens", "return_assistant_tokens_mask",
+    }
+)  # fmt: skip
 ToolChoice = Literal["auto", "none", "required"] | str  # a str other than the three is a function name
 
 
@@ -184,7 +191,7 @@ def parse_chat(body: Any) -> ChatRequest:
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
         kwargs = _object(kwargs, "chat_template_kwargs")
-        reserved = {"messages", "tools", "add_generation_prompt", "documents"} & set(kwargs)
+        reserved = _RESERVED & set(kwargs)
         if reserved:
             key = sorted(reserved)[0]
             raise _fail(
