@@ -511,3 +511,16 @@ def test_a_bad_chat_control_tokens_is_a_load_error(tmp_path: Path) -> None:
     assert load(tmp_path).control_tokens == {"<|im_end|>"}
     with pytest.raises(InputError, match="control_tokens must be token strings"):
         Codec(ChatTemplate("{{ messages }}"), control_tokens=[1])  # type: ignore[list-item]
+
+
+def test_with_template_gives_a_bare_template_the_tokenizers_special_tokens() -> None:
+    """A template file (no special tokens of its own) paired with a tokenizer writes the tokenizer's BOS, as
+    transformers' ``apply_chat_template(chat_template=...)`` does; a template with its own keeps them."""
+    codec = _codec("llama3_1")
+    bare = ChatTemplate(template_source("meta-llama-Llama-3.1-8B-Instruct"))
+    chat = [{"role": "user", "content": "hi"}]
+    paired = codec.with_template(bare)
+    assert bare.render(chat).startswith("<|start_header_id|>")  # no bos_token: the template writes nothing
+    assert paired.template.render(chat) == "<|begin_of_text|>" + bare.render(chat)
+    own = ChatTemplate(bare.sources, special_tokens={"bos_token": "<s>"})
+    assert codec.with_template(own).template.special_tokens == {"bos_token": "<s>"}

@@ -291,7 +291,15 @@ class Codec:
         return encoding
 
     def with_template(self, template: ChatTemplate) -> Codec:
-        """The same tokenizer (and its cache) with another template, e.g. a training template with tags."""
+        """The same tokenizer (and its cache) with another template, e.g. a training template with tags.
+
+        A template that has no special tokens of its own gets this codec's (``bos_token`` and the rest), as
+        transformers gives a ``chat_template=`` argument the tokenizer's special tokens.
+        """
+        if not template.special_tokens and self.template.special_tokens:
+            template = ChatTemplate(
+                template.sources, special_tokens=self.template.special_tokens, name=template.name, limits=template.limits
+            )
         codec = Codec(template, None)
         codec.tokenizer, codec._vocab = self.tokenizer, self._vocab
         if self._vocab is not None and self._given_control is None:

@@ -12,7 +12,7 @@ from ..templates import load_template
 if TYPE_CHECKING:
     from ..tokens import Codec
 
-__all__ = ["load_pair", "with_special_tokens"]
+__all__ = ["load_pair"]
 
 
 def load_pair(template: str | Path, tokenizer: str | Path | None = None) -> tuple[ChatTemplate, Codec | None]:
@@ -31,16 +31,8 @@ def load_pair(template: str | Path, tokenizer: str | Path | None = None) -> tupl
 
     file = Path(str(tokenizer)).expanduser() if tokenizer is not None else None
     codec = load(folder, tokenizer=file if file is not None and file.is_file() else None)
-    chat = with_special_tokens(chat, codec.template.special_tokens)
-    return chat, codec.with_template(chat)
-
-
-def with_special_tokens(template: ChatTemplate, tokens: dict[str, str]) -> ChatTemplate:
-    """``template``, or a copy of it given ``tokens`` when it has no special tokens of its own."""
-    if template.special_tokens or not tokens:
-        return template
-    copy = ChatTemplate(template.sources, special_tokens=tokens, name=template.name, limits=template.limits)
-    return copy
+    paired = codec.with_template(chat)
+    return paired.template, paired
 
 
 def _tokenizer_folder(path: str | Path) -> Path:
