@@ -104,6 +104,22 @@ def test_inferred_masks_equal_the_tagged_ones(name: str) -> None:
     assert compared >= 8
 
 
+def test_consecutive_assistant_messages_of_one_turn_are_masked_whole() -> None:
+    """Qwen-Agent's history (reasoning, then each call, as consecutive assistant messages the template writes
+    into one turn): the template text between them (``</think>``, ``<tool_call>``, the call's name) is what
+    the model writes, so the inferred mask covers it, as the hand-tagged template's does."""
+    codec = _codec("qwen3")
+    tagged = codec.with_template(ChatTemplate(TAGGERS["qwen3"](codec.template.source)))
+    conv = conversations()["qwen_agent_function_role"]
+    assert [m["role"] for m in conv["messages"]].count("assistant") >= 3
+    inferred = codec.encode(conv["messages"], tools=conv["tools"], polyfill="auto")
+    expected = tagged.encode(conv["messages"], tools=conv["tools"], polyfill="auto")
+    assert inferred.input_ids == expected.input_ids
+    assert inferred.assistant_mask == expected.assistant_mask
+    masked = codec.decode([i for i, m in zip(inferred.input_ids, inferred.assistant_mask, strict=True) if m])
+    assert '<tool_call>\n{"name": "get_current_temperature"' in masked
+
+
 def _family_codecs() -> list[tuple[str, Codec]]:
     require_shared()
     qwen, llama = _codec("qwen3"), _codec("llama3_1")

@@ -12,7 +12,9 @@ each message's text landed ("anchors"). Then, for each assistant turn:
 * it **starts** after its header: the generation prompt (``<|im_start|>assistant\\n``), found by rendering
   the messages before the first assistant turn with and without ``add_generation_prompt``, and looked
   for between the previous message's last anchor and the turn's first one. Template text after the header
-  (Qwen3's ``<think>``, ``<tool_call>``) is what the model writes, so it is in;
+  (Qwen3's ``<think>``, ``<tool_call>``) is what the model writes, so it is in. An assistant message that
+  follows another with no header and no special token between them (Qwen-Agent's calls, one message
+  each) goes on the same turn: it starts where the previous one's text ended;
 * it **ends** with its end-of-turn token: the first special token after its last anchor.
 
 So the mask follows what is in the text: reasoning a template drops from earlier turns is not there to
@@ -317,6 +319,8 @@ def assistant_regions(layout: Layout, *, reasoning: bool, end_of_turn: bool) -> 
         after = min(p for p, _ in anchors[anchored[rank + 1]]) if rank + 1 < len(anchored) else len(text)
         header = _find_header(layout, text[before:first])
         start = before + header[1] if header else first
+        if not header and rank and _continues(layout, anchored[rank - 1], text[before:first]):
+            start = before  # a second assistant message the template wrote into the same turn
         end = last
         eot = _end_of_turn(layout, text[last:after])
         if eot is not None:
@@ -328,6 +332,13 @@ def assistant_regions(layout: Layout, *, reasoning: bool, end_of_turn: bool) -> 
         if end > start:
             regions.append((start, end))
     return regions
+
+
+def _continues(layout: Layout, previous: int, glue: str) -> bool:
+    """Whether an assistant message goes on the turn of the ``previous`` message, with only ``glue`` between:
+    the previous message is the assistant's too and no special token ends its turn in between (Qwen-Agent's
+    reasoning, then a call, then another call, as consecutive messages of one turn)."""
+    return layout.roles[previous] == "assistant" and layout.special.search(glue) is None
 
 
 def _after_reasoning(layout: Layout, start: int, resume: int, reasoning_anchors: list[int]) -> int:

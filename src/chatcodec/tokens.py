@@ -298,7 +298,10 @@ class Codec:
         """
         if not template.special_tokens and self.template.special_tokens:
             template = ChatTemplate(
-                template.sources, special_tokens=self.template.special_tokens, name=template.name, limits=template.limits
+                template.sources,
+                special_tokens=self.template.special_tokens,
+                name=template.name,
+                limits=template.limits,
             )
         codec = Codec(template, None)
         codec.tokenizer, codec._vocab = self.tokenizer, self._vocab
