@@ -166,6 +166,16 @@ def _check_n(body: Mapping[str, Any]) -> None:
         raise _fail("logprobs", "logprobs are not supported by this server.")
 
 
+def _sampling(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampling fields chat and raw completions share, checked."""
+    return {
+        "temperature": _opt_number(body, "temperature", 0.0, 2.0),
+        "top_p": _opt_number(body, "top_p", 0.0, 1.0),
+        "stop": _stop(body),
+        "seed": _opt_int(body, "seed"),
+    }
+
+
 def _model(body: Mapping[str, Any]) -> str | None:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
@@ -206,10 +216,7 @@ def parse_chat(body: Any) -> ChatRequest:
         stream=stream,
         include_usage=_stream_options(body, stream),
         max_tokens=max_tokens,
-        temperature=_opt_number(body, "temperature", 0.0, 2.0),
-        top_p=_opt_number(body, "top_p", 0.0, 1.0),
-        stop=_stop(body),
-        seed=_opt_int(body, "seed"),
+        **_sampling(body),
         response_format=_response_format(body.get("response_format")),
         chat_template_kwargs=dict(kwargs or {}),
         model=_model(body),
@@ -447,9 +454,6 @@ def parse_completion(body: Any) -> CompletionRequest:
         stream=stream,
         include_usage=_stream_options(body, stream),
         max_tokens=max_tokens,
-        temperature=_opt_number(body, "temperature", 0.0, 2.0),
-        top_p=_opt_number(body, "top_p", 0.0, 1.0),
-        stop=_stop(body),
-        seed=_opt_int(body, "seed"),
+        **_sampling(body),
         model=_model(body),
     )
