@@ -53,7 +53,7 @@ from typing import Any, Literal, TypeVar, overload
 from .exceptions import ChatcodecError, InputError, SchemaError
 from .schema import JsonSchema, function_schema, parse_google_docstring, type_hint_schema
 
-__all__ = ["Round", "ToolResult", "Toolbox", "tool_schema"]
+__all__ = ["LocalClient", "Round", "ToolResult", "Toolbox", "tool_schema"]
 
 Message = dict[str, Any]
 Style = Literal["tools", "functions"]
@@ -563,6 +563,70 @@ class Toolbox:
                 if inspect.isawaitable(outcome):
                     await outcome
         return loop.transcript
+
+
+class LocalClient:
+    """An OpenAI-shaped client that answers in this process: no server, no HTTP.
+
+    ``client.chat.completions.create(**request)`` runs the chat server's own pipeline on ``backend``
+    (a :class:`chatcodec.backends.Backend`; by default the embedded SmolLM2 model): render the prompt
+    with the model's chat template (polyfilled where it lacks tools), constrain generation for a forcing
+    ``tool_choice``, generate, decode the calls in the template's own format, and answer with a
+    ``chat.completion`` dict. So :meth:`Toolbox.run` runs the whole loop locally::
+
+        transcript = toolbox.run(LocalClient(), messages, model="local", tool_choice="required")
+
+    ``template`` (a :class:`~chatcodec.ChatTemplate`, or a :class:`~chatcodec.Codec` whose template to
+    use) replaces the backend's own. Needs the ``serve`` extra (llama-cpp-python for the embedded model).
+    """
+
+    def __init__(
+        self,
+        backend: Any = None,
+        *,
+        template: Any = None,
+        model: str | None = None,
+        polyfill: str | bool = "auto",
+        tool_parser: str | None = None,
+    ) -> None:
+        from .server.chat import ChatService
+
+        if backend is None:
+            from .backends import LlamaBackend
+
+            backend = LlamaBackend()
+        chat_template = getattr(template, "template", template) if template is not None else backend.template
+        self.backend = backend
+        self._service = ChatService(
+            backend, chat_template, model=model or backend.info.id, polyfill=polyfill, tool_parser=tool_parser
+        )
+        self.chat = _Namespace(completions=_Namespace(create=self._create))
+
+    def __repr__(self) -> str:
+        return f"LocalClient({self.backend.info.id!r})"
+
+    async def _create(self, **request: Any) -> dict[str, Any]:
+        from .server.errors import APIError
+        from .server.protocol import parse_chat
+
+        if request.get("stream"):
+            raise InputError("LocalClient answers whole messages: leave stream out of the request.")
+        try:
+            plan = self._service.plan(parse_chat(request))
+            return await self._service.complete(plan)
+        except APIError as exc:
+            raise InputError(f"The request cannot be answered: {exc.message}") from None
+
+    async def aclose(self) -> None:
+        """Free the backend (the embedded model's memory, a remote backend's connections)."""
+        await self.backend.aclose()
+
+
+class _Namespace:
+    """``client.chat.completions``: attributes and nothing else."""
+
+    def __init__(self, **attributes: Any) -> None:
+        self.__dict__.update(attributes)
 
 
 class _Loop:
