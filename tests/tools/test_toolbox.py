@@ -496,3 +496,30 @@ def test_results_are_tool_results(toolbox: Toolbox) -> None:
 
 def test_tool_schema_matches_toolbox(temperature: ModuleType, toolbox: Toolbox) -> None:
     assert toolbox.tools == [tool_schema(f) for f in temperature.TOOLS]
+
+
+def test_decorated_coroutine_functions_are_awaited() -> None:
+    """A sync-looking wrapper (functools.wraps, or none at all) that returns a coroutine still gives its value."""
+    import functools
+
+    def logged(function: Any) -> Any:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    async def double(n: int) -> int:
+        """Double.
+
+        Args:
+            n: A number.
+        """
+        await asyncio.sleep(0)
+        return 2 * n
+
+    box = Toolbox()
+    box.add(logged(double), name="wrapped")
+    box.add(lambda n: double(n), name="bare", schema=tool_schema(double))
+    results = box.call_many([tool_call("wrapped", {"n": 2}), tool_call("bare", {"n": 5})])
+    assert [r.message["content"] for r in results] == ["4", "10"]
