@@ -5,6 +5,7 @@ Start the server (the embedded model needs no arguments), then run this file:
     chatcodec serve &
     python examples/temperature.py                    # results as role "tool" (OpenAI tools=[...])
     python examples/temperature.py --style functions  # Qwen-Agent's form: functions=[...], role "function"
+    python examples/temperature.py --local            # no server: the embedded model in this process
 
 The same loop from the command line: `chatcodec tools run examples/temperature.py --url http://127.0.0.1:8000/v1`.
 The functions return fixed values, as in the Qwen3 function-calling guide this example comes from.
@@ -48,25 +49,52 @@ def get_temperature_date(location: str, date: str, unit: str = "celsius"):
 TOOLS = [get_current_temperature, get_temperature_date]
 
 
-def main() -> None:
-    import openai
+def tool_choice(style: str = "tools"):
+    """Each round's tool choice: "required" first, then by name each function not called yet, then "none".
 
+    The embedded model (SmolLM2, 135M parameters) picks get_temperature_date whenever it may choose, so
+    the loop names the other one; "none" then asks for the answer. The legacy functions style has no
+    "required": it names the functions from the first round on.
+    """
+    names = [function.__name__ for function in TOOLS]
+
+    def choose(index, transcript):
+        called = {call["function"]["name"] for message in transcript for call in message.get("tool_calls") or ()}
+        called |= {message["function_call"]["name"] for message in transcript if message.get("function_call")}
+        missing = [name for name in names if name not in called]
+        if index == 0 and style == "tools":
+            return "required"
+        return missing[0] if missing else "none"
+
+    return choose
+
+
+def main() -> None:
     from chatcodec import Toolbox
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000/v1", help="the server's OpenAI-compatible base URL")
-    parser.add_argument("--model", default="default", help="the model name to send")
+    parser.add_argument("--model", help="the model name to send (default: the server's first)")
     parser.add_argument("--style", choices=["tools", "functions"], default="tools")
+    parser.add_argument("--local", action="store_true", help="no server: run the embedded model in this process")
     args = parser.parse_args()
 
-    client = openai.OpenAI(base_url=args.url, api_key="none")
-    toolbox = Toolbox(TOOLS)
-    transcript = toolbox.run(
+    if args.local:
+        from chatcodec.tools import LocalClient
+
+        client = LocalClient()
+    else:
+        import openai
+
+        client = openai.OpenAI(base_url=args.url, api_key="none")
+    model = args.model or ("local" if args.local else client.models.list().data[0].id)
+    transcript = Toolbox(TOOLS).run(
         client,
         [{"role": "user", "content": QUESTION}],
-        model=args.model,
+        model=model,
         style=args.style,
-        tool_choice="required",
+        tool_choice=tool_choice(args.style),
+        temperature=0,
         on_round=lambda r: print(f"round {r.index + 1}: {[(x.name, x.arguments) for x in r.results]}"),
     )
     print(json.dumps(transcript, indent=2, ensure_ascii=False))

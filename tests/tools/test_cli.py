@@ -68,7 +68,7 @@ def test_schema_of_an_importable_module(tmp_path: Path, monkeypatch: pytest.Monk
         (["tools", "schema", f"{EXAMPLE}:QUESTION"], "QUESTION in"),
         (["tools", "schema", f"{EXAMPLE}:main"], "Cannot make a tool schema for main: it has no docstring"),
         (["tools", "schema", "json:dumps"], "Cannot make a tool schema for dumps: parameters 'obj', 'skipkeys'"),
-        (["tools", "run", str(EXAMPLE), "--prompt", "hi"], "Say which model to ask: --url URL"),
+        (["tools", "run", str(EXAMPLE), "--prompt", "hi", "--model", "no/such.gguf"], "No model file at no/such.gguf"),
         (
             ["tools", "run", str(EXAMPLE), "-p", "hi", "--url", "http://127.0.0.1:9/v1", "-m", "x"],
             "Cannot reach the server at http://127.0.0.1:9/v1",

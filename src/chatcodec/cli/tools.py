@@ -2,6 +2,7 @@
 
 chatcodec tools schema examples/temperature.py:get_current_temperature
 chatcodec tools run examples/temperature.py --url http://127.0.0.1:8000/v1 --prompt "How warm is it in Paris?"
+chatcodec tools run examples/temperature.py --prompt "How warm is it in Paris?"    # the embedded model, no server
 
 Functions are named as ``FILE.py:NAME[,NAME...]`` or ``package.module:NAME``; a file or module alone
 means the functions listed in its ``TOOLS``, or else every public function it defines.
@@ -23,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
-from ..exceptions import ChatcodecError, InputError
+from ..exceptions import ChatcodecError, InputError, LoadError
 from ..tools import Round, Toolbox, tool_schema
 from . import common
 
@@ -46,10 +47,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--legacy", action="store_true", help="print the legacy 'functions' form (name, description, parameters)"
     )
 
-    loop = actions.add_parser("run", help="run the function-calling loop against a server")
+    loop = actions.add_parser("run", help="run the function-calling loop against a server or the embedded model")
     loop.description = (
         "Ask a model, run the tool calls it makes with the given functions, feed the results back, until it"
-        " answers; print the transcript. The model is an OpenAI-compatible server (--url)."
+        " answers; print the transcript. The model is an OpenAI-compatible server (--url), or without --url a"
+        " GGUF model in this process (the embedded SmolLM2-135M-Instruct unless --model names one): the"
+        " server's own pipeline, without HTTP."
     )
     loop.add_argument("functions", metavar="FUNCTIONS", help="FILE.py[:NAME,...] or package.module[:NAME,...]")
     loop.add_argument(
@@ -63,7 +66,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--url", metavar="URL", help="the server's OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)"
     )
     loop.add_argument(
-        "--model", "-m", metavar="NAME", help="the model name to send (default: the server's first model)"
+        "--model",
+        "-m",
+        metavar="NAME|PATH.gguf",
+        help="with --url, the model name to send (default: the server's first); without, a GGUF file to run"
+        " in this process (default: the embedded SmolLM2-135M-Instruct)",
     )
     loop.add_argument("--api-key", metavar="KEY", help="the API key (default: $OPENAI_API_KEY, else none)")
     loop.add_argument(
@@ -112,9 +119,7 @@ def _run_loop(args: argparse.Namespace, out: IO[str]) -> int:
         raise InputError(f"--call-timeout must be a positive number of seconds, not {args.call_timeout}")
     messages = _messages(args)
     toolbox = Toolbox(load_functions(args.functions), timeout=args.call_timeout)
-    if args.url is None:
-        raise InputError("Say which model to ask: --url URL of an OpenAI-compatible server (chatcodec serve, say)")
-    client, model = _server(args)
+    client, model = _server(args) if args.url is not None else _embedded(args)
     params = {
         key: value
         for key, value in (("max_tokens", args.max_tokens), ("temperature", args.temperature), ("seed", args.seed))
@@ -145,6 +150,19 @@ def _messages(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.prompt is not None:
         return [{"role": "user", "content": args.prompt}]
     return common.read_request(args.file or "-").messages
+
+
+def _embedded(args: argparse.Namespace) -> tuple[Any, str]:
+    """The local loop: a GGUF model (by default SmolLM2-135M-Instruct) in this process, no server."""
+    from ..backends import LlamaBackend, default_model_path
+    from ..tools import LocalClient
+
+    path = Path(args.model).expanduser() if args.model else default_model_path()
+    if not path.is_file():
+        raise LoadError(f"No model file at {path}.")
+    print("chatcodec: loading the model ...", file=sys.stderr, flush=True)
+    backend = LlamaBackend(args.model) if args.model else LlamaBackend()
+    return LocalClient(backend), backend.info.id
 
 
 def _server(args: argparse.Namespace) -> tuple[Any, str]:
