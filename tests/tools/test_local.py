@@ -81,9 +81,11 @@ def test_the_local_loop_renders_constrains_decodes_and_runs(temperature: ModuleT
     assert transcript[-1]["content"] == "It is 26.1°C now and 25.9°C tomorrow."
 
     first, second = backend.requests
-    # each prompt is the template's own render of the transcript so far, with the tools
-    assert first.prompt == qwen3.render(transcript[:1], tools=toolbox.tools, add_generation_prompt=True)
-    assert second.prompt == qwen3.render(transcript[:4], tools=toolbox.tools, add_generation_prompt=True)
+    # each prompt is the template's own render of the transcript so far, with the tools as given
+    # (polyfilled where the template needs it: here the assistant's null content)
+    render = {"tools": toolbox.tools, "add_generation_prompt": True, "polyfill": "auto"}
+    assert first.prompt == qwen3.render(transcript[:1], **render)
+    assert second.prompt == qwen3.render(transcript[:4], **render)
     # "required" is kept by a grammar; the next round is "auto"
     assert first.constraint is not None and "get_temperature_date" in first.constraint.grammar
     assert first.max_tokens == second.max_tokens == 200
