@@ -569,15 +569,19 @@ class LocalClient:
     """An OpenAI-shaped client that answers in this process: no server, no HTTP.
 
     ``client.chat.completions.create(**request)`` runs the chat server's own pipeline on ``backend``
-    (a :class:`chatcodec.backends.Backend`; by default the embedded SmolLM2 model): render the prompt
-    with the model's chat template (polyfilled where it lacks tools), constrain generation for a forcing
-    ``tool_choice``, generate, decode the calls in the template's own format, and answer with a
+    (a :class:`chatcodec.backends.Backend`; by default the embedded SmolLM2 model): encode the chat to
+    token ids with the model's chat template (polyfilled where it lacks tools), constrain generation for a
+    forcing ``tool_choice``, generate, decode the calls in the template's own format, and answer with a
     ``chat.completion`` dict. So :meth:`Toolbox.run` runs the whole loop locally::
 
         transcript = toolbox.run(LocalClient(), messages, model="local", tool_choice="required")
 
-    ``template`` (a :class:`~chatcodec.ChatTemplate`, or a :class:`~chatcodec.Codec` whose template to
-    use) replaces the backend's own. Needs the ``serve`` extra (llama-cpp-python for the embedded model).
+    The prompt goes to the model as ids from a :class:`~chatcodec.Codec` over the backend's own
+    ``tokenizer`` (the embedded model has llama.cpp's), so text from a message or a tool result never
+    becomes a control token. ``template`` (a :class:`~chatcodec.ChatTemplate`, or a
+    :class:`~chatcodec.Codec` to encode with) replaces the backend's own. A backend without a tokenizer,
+    given no Codec, gets the rendered text. Needs the ``serve`` extra (llama-cpp-python for the embedded
+    model).
     """
 
     def __init__(
@@ -590,15 +594,32 @@ class LocalClient:
         tool_parser: str | None = None,
     ) -> None:
         from .server.chat import ChatService
+        from .tokens import Codec
 
         if backend is None:
             from .backends import LlamaBackend
 
             backend = LlamaBackend()
-        chat_template = getattr(template, "template", template) if template is not None else backend.template
+        codec: Codec | None
+        if isinstance(template, Codec):
+            codec, chat_template = template, template.template
+        elif template is None and isinstance(getattr(backend, "codec", None), Codec):
+            codec = backend.codec  # the embedded model's: its template with llama.cpp's tokenizer
+            chat_template = codec.template
+        else:
+            chat_template = template if template is not None else backend.template
+            tokenizer = getattr(backend, "tokenizer", None)
+            codec = Codec(chat_template, tokenizer) if tokenizer is not None else None
         self.backend = backend
+        #: the Codec that turns each request's chat into the ids the backend gets (None: text)
+        self.codec = codec
         self._service = ChatService(
-            backend, chat_template, model=model or backend.info.id, polyfill=polyfill, tool_parser=tool_parser
+            backend,
+            chat_template,
+            model=model or backend.info.id,
+            polyfill=polyfill,
+            tool_parser=tool_parser,
+            codec=codec,
         )
         self.chat = _Namespace(completions=_Namespace(create=self._create))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -23,6 +23,7 @@ import openai
 import pytest
 
 from chatcodec import Toolbox
+from chatcodec.backends import Chunk, Generation
 from chatcodec.tools import LocalClient, Round
 
 from ..cli.test_render import run
@@ -137,15 +138,41 @@ def test_functions_style_against_chatcodec_serve(
 
 @pytest.fixture(scope="module")
 def local() -> Iterator[LocalClient]:
-    """The embedded model in this process."""
+    """The embedded model in this process; ``client.generations`` records what the model was asked."""
     client = LocalClient()
+    backend = client.backend
+    generations: list[Generation] = []
+    generate = backend.generate
+
+    def recording(request: Generation) -> AsyncGenerator[Chunk, None]:
+        generations.append(request)
+        return generate(request)
+
+    backend.generate = recording
+    client.generations = generations  # type: ignore[attr-defined]
     yield client
     asyncio.run(client.aclose())
+
+
+def check_ids(local: LocalClient, transcript: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> None:
+    """Each round's prompt went to the model as token ids from the embedded model's codec (llama.cpp's
+    tokenizer), never as text; with ``tools``, they are the codec's encoding of the transcript so far."""
+    generations: list[Generation] = local.generations  # type: ignore[attr-defined]
+    assert local.codec is local.backend.codec
+    rounds = [index for index, message in enumerate(transcript) if message["role"] == "assistant"]
+    assert len(generations) == len(rounds)
+    for index, request in zip(rounds, generations, strict=True):
+        assert not isinstance(request.prompt, str) and request.text is not None
+        assert local.backend.tokenizer.decode(list(request.prompt)) == request.text
+        if tools is not None:
+            expected = local.codec.encode(transcript[:index], tools=tools, add_generation_prompt=True, polyfill="auto")
+            assert list(request.prompt) == expected.input_ids
 
 
 def test_the_local_loop_without_a_server(
     local: LocalClient, temperature: ModuleType, roundtrip: dict[str, Any]
 ) -> None:
+    local.generations.clear()  # type: ignore[attr-defined]
     client = AsyncRecording(local)
     rounds: list[Round] = []
     transcript = Toolbox(temperature.TOOLS).run(
@@ -158,11 +185,13 @@ def test_the_local_loop_without_a_server(
     )
     check_run(transcript, rounds, roundtrip, "tools")
     assert client.choices[0] == "required"
+    check_ids(local, transcript, Toolbox(temperature.TOOLS).tools)
 
 
 def test_the_local_loop_in_the_functions_style(
     local: LocalClient, temperature: ModuleType, roundtrip: dict[str, Any]
 ) -> None:
+    local.generations.clear()  # type: ignore[attr-defined]
     rounds: list[Round] = []
     transcript = Toolbox(temperature.TOOLS).run(
         local,
@@ -174,6 +203,7 @@ def test_the_local_loop_in_the_functions_style(
         **PARAMS,
     )
     check_run(transcript, rounds, roundtrip, "functions")
+    check_ids(local, transcript, None)
 
 
 def test_the_command_line_runs_the_local_loop(roundtrip: dict[str, Any]) -> None:
