@@ -226,3 +226,28 @@ def test_the_command_line_runs_the_local_loop(roundtrip: dict[str, Any]) -> None
     } | {"unit": arguments.get("unit", "celsius")}
     assert stderr.splitlines()[0] == "chatcodec: loading the model ..."
     assert stderr.splitlines()[1].startswith("chatcodec: round 1: get_current_temperature(")
+
+
+def test_the_command_line_runs_the_loop_against_chatcodec_serve(served: Server, roundtrip: dict[str, Any]) -> None:
+    """chatcodec tools run --url: a forced first round, its call executed; the last round asks for the answer."""
+    code, stdout, stderr = run(
+        ["tools", "run", str(EXAMPLE), "-p", roundtrip["messages"][0]["content"], "--url", served.url + "/v1",
+         "--tool-choice", "required", "--max-rounds", "2", "--max-tokens", "100", "--temperature", "0"]
+    )  # fmt: skip
+    assert code == 0, stderr
+    transcript = json.loads(stdout)
+    roles = [m["role"] for m in transcript]
+    assert roles[:2] == ["user", "assistant"] and roles[-1] == "assistant"
+    assert roles[2:-1] == ["tool"] * len(transcript[1]["tool_calls"]) and transcript[1]["tool_calls"]
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in roundtrip["tools"]}
+    for call, result in zip(transcript[1]["tool_calls"], transcript[2:-1], strict=True):
+        jsonschema.validate(json.loads(call["function"]["arguments"]), schemas[call["function"]["name"]])
+        assert result["tool_call_id"] == call["id"] and not result["content"].startswith("Error")
+    final = transcript[-1]
+    assert not final.get("tool_calls") and isinstance(final["content"], str) and final["content"].strip()
+    lines = stderr.splitlines()
+    assert (
+        lines[0]
+        == "chatcodec: note: asking model 'SmolLM2-135M-Instruct', the first the server lists (choose with --model)"
+    )
+    assert lines[1].startswith("chatcodec: round 1: get_") and lines[2] == "chatcodec: round 2: the model answered"
