@@ -50,6 +50,8 @@ from .exceptions import ChatcodecError, LimitError
 __all__ = ["FastTemplate", "fast_template", "render"]
 
 environment = sandbox.environment
+NOT_COMPILED = sandbox.NOT_COMPILED
+_ACTIVE = limits._ACTIVE
 
 #: short strings and their methods: nothing to pay for (as in the sandbox's own fast path)
 _SHORT = limits.FAST_SIZE
@@ -938,6 +940,7 @@ class FastTemplate:
         return 1
 
     def render(self, variables: Mapping[str, Any], budget: limits.Budget) -> str:
+        """The output for ``variables``, with ``budget`` active (:func:`render` is the checked entry point)."""
         parts: list[str] = []
         budget.output = parts  # measured as it grows, each time the budget reads the clock
         self.root(variables, parts)
@@ -975,23 +978,29 @@ def render(
     budget: limits.Budget,
 ) -> str:
     """Render ``source`` with its compiled form when it has one, else (or on any error) as sandbox.run does."""
-    if budget.spans is None:
-        fast: FastTemplate | None = compiled.fast
-        if fast is sandbox.NOT_COMPILED:
-            fast = compiled.fast = fast_template(source)
-        if fast is not None:
-            token = limits.activate(budget)
-            try:
-                return fast.render(variables, budget)
-            except LimitError as exc:
-                if exc.lineno is None:
-                    exc.template_name, exc.lineno = name, sandbox._template_line(exc)
-                raise
-            except (RecursionError, MemoryError) as exc:
-                raise sandbox._translate(exc, name) from exc
-            except (ChatcodecError, Exception):
-                # the generic path renders it again and raises jinja2's own error, at the same budget
-                budget.output, budget.measured, budget.emitted = None, 0, 0
-            finally:
-                limits.deactivate(token)
+    fast = compiled.fast
+    if fast is NOT_COMPILED:
+        fast = compiled.fast = fast_template(source)
+    if fast is not None and budget.spans is None:
+        parts: list[str] = []
+        budget.output = parts  # measured as it grows, each time the budget reads the clock
+        token = _ACTIVE.set(budget)
+        try:
+            fast.root(variables, parts)
+            if len(parts) > budget.measured:
+                size = budget.emitted + sum(map(len, parts[budget.measured :] if budget.measured else parts))
+                if size > budget.limits.max_output:
+                    budget.check_size(size, "an output")
+            return "".join(parts)
+        except LimitError as exc:
+            if exc.lineno is None:
+                exc.template_name, exc.lineno = name, sandbox._template_line(exc)
+            raise
+        except (RecursionError, MemoryError) as exc:
+            raise sandbox._translate(exc, name) from exc
+        except Exception:
+            # the generic path renders it again and raises jinja2's own error, at the same budget
+            budget.output, budget.measured, budget.emitted = None, 0, 0
+        finally:
+            _ACTIVE.reset(token)
     return sandbox.run(compiled, variables, name=name, budget=budget)

@@ -19,10 +19,8 @@ from running forever or filling memory. Every render carries a :class:`Budget` b
   reference more than ``max_output`` characters of strings and items in all, counting every shared
   reference as often as it occurs (:func:`expanded_size`), so printing, comparing or serializing a
   value is bounded by construction;
-* **memory**: large values are counted as they are made; every ``max_memory / 8`` bytes of them, and
-  every :data:`MEMORY_PERIOD` seconds of a long render (many small values add up too), the process's
-  memory is read, and a render that grew it by more than ``max_memory`` stops. A reading can cost
-  milliseconds in a process with a large heap, so a short render that makes little never pays for one;
+* **memory**: large values are counted as they are made; every ``max_memory / 8`` bytes of them, the
+  process's resident memory is read, and a render that grew it by more than ``max_memory`` stops;
 * **recursion**: macros and recursive loops (``loop(...)``) may nest at most ``max_depth`` calls deep;
   Python's own ``RecursionError`` is turned into the same :class:`~chatcodec.LimitError`.
 
@@ -61,9 +59,6 @@ _CHAR_SHIFT = 8
 MAX_INT_BITS = 1 << 18
 #: the first memory reading is taken once the render has made this many bytes of large values
 _FIRST_MEMORY_CHECK = 1 << 20
-#: seconds between memory readings of a render that makes only small values; Python cannot allocate much
-#: more than a few hundred MiB in that time, so the reading still stops a runaway well inside 2x max_memory
-MEMORY_PERIOD = 0.05
 
 _SIZED = (str, bytes, list, tuple)
 
@@ -114,53 +109,50 @@ DEFAULT_LIMITS = Limits()
 
 
 class Budget:
-    """The state of one render: its limits, what it has spent, and the clock it was given."""
+    """The state of one render: its limits, what it has spent, and the clock it was given.
 
-    __slots__ = (
-        "alloc",
-        "alloc_check",
-        "deadline",
-        "depth",
-        "emitted",
-        "limits",
-        "measured",
-        "memory_due",
-        "now",
-        "output",
-        "rss_base",
-        "spans",
-        "steps",
-    )
+    Making one is cheap, as every render makes one: the fields start as class defaults, and the clock
+    is first read at the first checkpoint (:meth:`tick`, after :data:`STEP_CHUNK` steps), which starts
+    the ``timeout``. A render too small to reach a checkpoint never reads it; a larger one may run the
+    time of one chunk of steps (a few milliseconds) more than its timeout.
+    """
+
+    #: steps left before the next checkpoint
+    steps = STEP_CHUNK
+    #: macro calls and recursive loops currently open
+    depth = 0
+    #: bytes of large values made so far, and the count at which memory is read next
+    alloc = 0
+    alloc_check = _FIRST_MEMORY_CHECK
+    #: the process's memory before the render (resident, allocated), estimated at the first reading
+    rss_base: tuple[int, ...] | None = None
+    #: characters the root of the template has produced so far; ``{% generation %}`` spans use it
+    emitted = 0
+    #: the ``{% generation %}`` spans, when the render tracks them
+    spans: list[tuple[int, int]] | None = None
+    #: the output list a compiled render appends to, and how much of it has been measured
+    output: list[str] | None = None
+    measured = 0
+    #: checkpoints so far, and when the render must end (set at the first one)
+    ticks = 0
+    deadline = math.inf
 
     def __init__(self, limits: Limits, now: datetime | None = None, track_generation: bool = False) -> None:
         self.limits = limits
         self.now = now
-        self.deadline = time.monotonic() + limits.timeout
-        self.steps = STEP_CHUNK
-        self.depth = 0
-        #: bytes of large values made so far, and the count at which memory is read next
-        self.alloc = 0
-        self.alloc_check = _FIRST_MEMORY_CHECK
-        #: the process's memory before the render (resident, allocated), estimated at the first reading
-        self.rss_base: tuple[int, ...] | None = None
-        #: characters the root of the template has produced so far; ``{% generation %}`` spans use it
-        self.emitted = 0
-        self.spans: list[tuple[int, int]] | None = [] if track_generation else None
-        #: the output list a compiled render appends to, and how much of it has been measured
-        self.output: list[str] | None = None
-        self.measured = 0
-        #: when memory is read next, whatever was counted
-        self.memory_due = time.monotonic() + MEMORY_PERIOD
+        if track_generation:
+            self.spans = []
 
     def tick(self) -> None:
         """Called when a chunk of steps is used up, or many bytes were made: read the clock and memory.
 
-        Memory is also read every :data:`MEMORY_PERIOD` seconds whatever was counted, as many small values
-        add up too.
+        Memory is also read every 16 chunks whatever was counted, as many small values add up too.
         """
         self.steps = STEP_CHUNK
-        now = time.monotonic()
-        if now > self.deadline:
+        self.ticks += 1
+        if self.ticks == 1:
+            self.deadline = time.monotonic() + self.limits.timeout
+        elif time.monotonic() > self.deadline:
             raise LimitError(
                 f"The render took longer than {self.limits.timeout:g} s, the time limit. The template loops"
                 " too long for this input; raise Limits(timeout=...) if the input really needs it."
@@ -171,8 +163,7 @@ class Budget:
             self.measured = len(output)
             if self.emitted > self.limits.max_output:
                 self.check_size(self.emitted, "an output")
-        if self.alloc >= self.alloc_check or now >= self.memory_due:
-            self.memory_due = now + MEMORY_PERIOD
+        if self.alloc >= self.alloc_check or self.ticks & 15 == 1:
             self._check_memory()
 
     def spend(self, steps: int) -> None:

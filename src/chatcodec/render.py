@@ -70,7 +70,7 @@ class ChatTemplate:
         self._compiled: dict[str, sandbox.Compiled] = {}
         self._capabilities: Capabilities | None = None
         if "default" in self._sources:
-            self._compile("default")  # report syntax errors now, not at the first render
+            self._default = self._compile("default")  # report syntax errors now, not at the first render
 
     @property
     def source(self) -> str:
@@ -119,6 +119,43 @@ class ChatTemplate:
         applies what it lacks, a set of names those rewrites (:mod:`chatcodec.polyfills`); the default
         renders exactly. Other keyword arguments (``enable_thinking=False``, ...) become template variables.
         """
+        if (
+            polyfill is False
+            and not continue_final_message
+            and chat_template is None
+            and self._only_default
+            and type(messages) is list
+            and messages
+            and (now is None or type(now) is datetime)
+            and not self.limits.isolate
+        ):
+            # The common render, the short way: what _render does, without the options it does not use.
+            try:
+                chat = _normalize_messages(messages)
+                if template_kwargs:
+                    variables = {**self.special_tokens, **plain(template_kwargs)}
+                    variables["tools"] = None if tools is None else _tool_schemas(tools)
+                    variables["documents"] = None if documents is None else _documents(documents)
+                    variables["messages"] = chat
+                    variables["add_generation_prompt"] = add_generation_prompt
+                else:
+                    variables = dict(
+                        self.special_tokens,
+                        tools=None if tools is None else _tool_schemas(tools),
+                        documents=None if documents is None else _documents(documents),
+                        messages=chat,
+                        add_generation_prompt=add_generation_prompt,
+                    )
+            except RecursionError:
+                raise InputError(_TOO_DEEP) from None
+            try:
+                return (_COMPILER or _load_compiler()).render(  # type: ignore[no-any-return]
+                    self._default, self._sources["default"], variables, name=self.name, budget=Budget(self.limits, now)
+                )
+            except TemplateRuntimeError as exc:
+                if not isinstance(exc, TemplateRaisedError):
+                    _point_at_input(exc, chat, messages)
+                raise
         text, _, _ = self._render(
             messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
             template_kwargs, track_generation=False, polyfill=polyfill,
@@ -240,10 +277,7 @@ class ChatTemplate:
             variables["tools"] = None if tools is None else _tool_schemas(tools)
             variables["documents"] = None if documents is None else _documents(documents)
         except RecursionError:
-            raise InputError(
-                "The messages, tools, documents or template variables nest too deeply or refer to themselves;"
-                " pass plain JSON-like data."
-            ) from None
+            raise InputError(_TOO_DEEP) from None
         applied: tuple[str, ...] = ()
         if names:
             chat, variables["tools"], variables["documents"], applied = polyfills.apply(
@@ -252,12 +286,13 @@ class ChatTemplate:
             if tools is not None and variables["tools"] is None and chat_template is None and not self._only_default:
                 key = self._select(None, None)  # the tools went into the text: the template without tools
                 compiled = self._compile(key)
+        continued = None
+        if continue_final_message:
+            chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
+            continued = _tag_final_message(chat, continue_final_message, self._sources[key])
         variables["messages"] = chat
         variables["add_generation_prompt"] = add_generation_prompt
 
-        continued = None
-        if continue_final_message:
-            continued = _tag_final_message(chat, continue_final_message, self._sources[key])
         try:
             if self.limits.isolate:
                 from . import isolate  # imported on first use: only isolated renders need a worker process
@@ -282,6 +317,10 @@ class ChatTemplate:
 
 
 _NO_POLYFILLS: frozenset[str] = frozenset()
+_TOO_DEEP = (
+    "The messages, tools, documents or template variables nest too deeply or refer to themselves;"
+    " pass plain JSON-like data."
+)
 #: chatcodec.compiler, imported on the first render (`import chatcodec` stays light)
 _COMPILER: Any = None
 
@@ -306,17 +345,69 @@ def plain(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS:
         return value
+    if (kind is dict or kind is list) and _all_plain([value]):
+        return value
+    return _plain_copy(value)
+
+
+def _plain_copy(value: Any) -> Any:
+    """:func:`plain` of a value that is not plain itself: a copy, sharing the parts that are."""
+    kind = type(value)
     if kind is dict:
-        for k, v in value.items():
-            if type(k) is not str or (type(v) not in _SCALARS and plain(v) is not v):
-                return {plain(k): plain(v) for k, v in value.items()}
-        return value
+        return {plain(k): plain(v) for k, v in value.items()}
     if kind is list:
-        for v in value:
-            if type(v) not in _SCALARS and plain(v) is not v:
-                return [plain(v) for v in value]
-        return value
+        return [plain(v) for v in value]
     return _convert(value)
+
+
+#: nesting levels and containers :func:`_all_plain` looks at before it leaves the question to the
+#: recursive copy (which also turns a value holding itself into RecursionError)
+_PLAIN_LEVELS = 256
+_PLAIN_CONTAINERS = 1 << 16
+
+
+def _all_plain(containers: list[Any]) -> bool:
+    """Whether the dicts and lists in ``containers`` hold nothing but plain JSON: exact ``str`` keys, and
+    values of exact types ``str``, ``int``, ``float``, ``bool``, ``None``, ``dict`` or ``list``, at every level.
+
+    Walked level by level, without recursion; False (the caller then copies) when it would take too long.
+
+    >>> _all_plain([{"a": [1, 2.5, None, {"b": True}]}]), _all_plain([{"a": (1,)}]), _all_plain([{1: "a"}])
+    (True, False, False)
+    """
+    level = containers
+    seen = 0
+    for _ in range(_PLAIN_LEVELS):
+        seen += len(level)
+        if seen > _PLAIN_CONTAINERS:
+            return False
+        nested: list[Any] = []
+        add = nested.append
+        for node in level:
+            if node.__class__ is dict:
+                for key, value in node.items():
+                    kind = value.__class__
+                    if key.__class__ is not str:
+                        return False
+                    if kind is str:
+                        continue
+                    if kind is dict or kind is list:
+                        add(value)
+                    elif kind not in _SCALARS:
+                        return False
+            else:
+                for value in node:
+                    kind = value.__class__
+                    if kind is str:
+                        continue
+                    if kind is dict or kind is list:
+                        add(value)
+                    elif kind not in _SCALARS:
+                        return False
+        if not nested:
+            return True
+        level = nested
+    return False
 
 
 def _convert(value: Any) -> Any:
@@ -358,7 +449,41 @@ def _object_as_dict(value: Any) -> dict[str, Any] | None:
 
 
 def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
-    """Plain message dicts without top-level ``None`` values, with reasoning aliases (§5.1, §5.4)."""
+    """Plain message dicts without top-level ``None`` values, with reasoning aliases (§5.1, §5.4).
+
+    A list of messages that need none of it (plain JSON, no ``None`` value, no reasoning field: most
+    conversations) is returned as it is: the sandbox never lets a template change it.
+    """
+    if type(messages) is list:
+        nested: list[Any] = []
+        add = nested.append
+        for message in messages:
+            if message.__class__ is not dict:
+                break
+            if len(message) == 2 and message.get("content").__class__ is str and message.get("role").__class__ is str:
+                continue  # the common message, {"role": str, "content": str}
+            if "reasoning_content" in message or "thinking" in message or "reasoning" in message:
+                break
+            for key, value in message.items():
+                kind = value.__class__
+                if key.__class__ is not str:
+                    break
+                if kind is str or kind is int or kind is float or kind is bool:
+                    continue
+                if kind is not dict and kind is not list:
+                    break  # None (dropped), or a value to convert
+                add(value)
+            else:
+                continue
+            break
+        else:
+            if not nested or _all_plain(nested):
+                return messages
+    return _normalized_copy(messages)
+
+
+def _normalized_copy(messages: Any) -> list[dict[str, Any]]:
+    """:func:`_normalize_messages` of messages that need work: a new list, with new dicts where needed."""
     if type(messages) is not list:
         messages = getattr(messages, "messages", messages)  # a conversation object
     if type(messages) is not list and (
@@ -370,12 +495,7 @@ def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
         )
     chat = []
     for index, message in enumerate(messages):
-        if type(message) is dict:
-            # the common message, {"role": str, "content": str}, is plain as it is: nothing to convert or alias
-            if len(message) == 2 and type(message.get("content")) is str and type(message.get("role")) is str:
-                chat.append(message)
-                continue
-        else:
+        if type(message) is not dict:
             message = _message_as_dict(message, index)
         converted = message
         for key, value in message.items():
@@ -406,6 +526,8 @@ def _message_as_dict(message: Any, index: int) -> dict[str, Any]:
 def _tool_schemas(tools: Sequence[Any] | None) -> list[Any] | None:
     if tools is None:
         return None
+    if type(tools) is list and all(tool.__class__ is dict for tool in tools) and _all_plain(tools):
+        return tools  # plain JSON schemas, shared as they are (the template cannot change them)
     if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
         raise InputError(f"tools must be a list of tool schemas or functions, not {type(tools).__name__}.")
     schemas = []
@@ -432,6 +554,8 @@ def _documents(documents: Sequence[Any] | None) -> list[Any] | None:
     for document in documents:
         if not isinstance(document, dict):
             raise InputError(f"Documents should be a list of dicts with 'title' and 'text' keys! Got {document!r}.")
+    if type(documents) is list and _all_plain(documents):
+        return documents
     return plain(list(documents))  # type: ignore[no-any-return]
 
 
