@@ -197,6 +197,7 @@ _RUNTIME: dict[str, Any] = {
     "cond_expr_undefined": Undefined,
     "Undefined": Undefined,
     "Namespace": Namespace,
+    "_Namespace": sandbox.TemplateNamespace,
     "Markup": Markup,
     "escape": escape,
     "identity": identity,
@@ -258,10 +259,97 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._direct: dict[str, tuple[str, int, int]] = {}
         #: identifiers that never hold jinja2's `missing` marker: reading them needs no check
         self._defined: set[str] = set()
+        #: lookups kept for reuse: for each identifier whose value cannot change where it is read (a loop's
+        #: item during one iteration, a macro's parameter, a name never assigned), the local holding each
+        #: path looked up from it (``message.role``, ``message['content']``, ``call.function.name``)
+        self._caches: dict[str, dict[tuple[Any, ...], str]] = {}
+        #: the lines that start each cache's life (``_c1 = _c2 = missing``), filled in by finish()
+        self._cache_lines: dict[str, list[str]] = {}
 
     def _temp(self) -> str:
         self._last_identifier += 1
         return f"_x{self._last_identifier}"
+
+    # --- lookups kept for reuse ------------------------------------------------------------------------
+
+    def _open_caches(self, refs: Iterable[str]) -> None:
+        """From here, lookups from ``refs`` are kept in locals, which start empty on the line written now.
+
+        Only dict hits are kept: a dict a template sees never changes (the sandbox allows no mutation),
+        so while ``ref`` holds the same value, ``ref.key`` does too.
+        """
+        refs = [ref for ref in refs if ref not in self._caches]
+        if not refs:
+            return
+        marker = f"#cache {self._last_identifier}#"
+        self._last_identifier += 1
+        self.writeline(marker)
+        self._cache_lines[marker] = []
+        for ref in refs:
+            self._caches[ref] = {"#": marker}  # type: ignore[dict-item]
+
+    def _close_caches(self, refs: Iterable[str]) -> None:
+        for ref in refs:
+            cache = self._caches.pop(ref, None)
+            if cache is not None:
+                marker = cache.pop("#")  # type: ignore[call-overload]
+                self._cache_lines[marker] += cache.values()
+
+    @contextmanager
+    def _new_scope(self) -> Iterator[None]:
+        """A nested Python function (a macro, a loop's filter): the enclosing function's caches are not its own."""
+        saved, self._caches = self._caches, {}
+        try:
+            yield
+        finally:
+            self._caches = saved
+
+    def _cache_path(self, node: nodes.Expr, frame: Frame) -> tuple[Any, ...] | None:
+        """``(ref, step, ...)`` for a lookup whose value can be kept (see _open_caches), else None."""
+        if isinstance(node, nodes.Name):
+            if node.ctx != "load":
+                return None
+            ref = frame.symbols.find_ref(node.name)
+            return (ref,) if ref in self._caches else None
+        if isinstance(node, nodes.Getattr):
+            if node.attr in _DICT_ATTRIBUTES or node.attr.startswith("_"):
+                return None
+            step: tuple[str, Any] = ("a", node.attr)
+        elif isinstance(node, nodes.Getitem):
+            key = _constant(node.arg, frame)
+            if type(key) is int and key in (0, -1):
+                step = ("n", key)
+            elif type(key) is str and key not in _DICT_ATTRIBUTES:
+                step = ("i", key)
+            else:
+                return None
+        else:
+            return None
+        base = self._cache_path(node.node, frame)
+        return None if base is None else (*base, step)
+
+    def _cached(self, node: nodes.Getattr | nodes.Getitem, key: Any, frame: Frame) -> bool:
+        """Write ``node`` (``x.key``, ``x['key']`` of a dict, ``x[0]`` of a list) read through its cache, if it has one."""
+        path = self._cache_path(node, frame)
+        if path is None:
+            return False
+        cache = self._caches[path[0]]
+        ident = cache.get(path[1:])
+        if ident is None:
+            ident = cache[path[1:]] = f"_c{self._last_identifier}"
+            self._last_identifier += 1
+        value = self._temp()
+        if type(key) is int:  # messages[0], messages[-1]: a list's first or last item
+            self.write(f"({ident} if {ident} is not missing else ({ident} := {value}[{key}]) if type({value} := ")
+            self.visit(node.node, frame)
+            self.write(f") is list and {value} else _cc_getitem({value}, {key}))")
+            return True
+        miss = f"_cc_getattr({value}, {key!r})" if isinstance(node, nodes.Getattr) else f"_cc_getitem({value}, {key!r})"
+        self.write(f"({ident} if {ident} is not missing else (({ident} := {value}[{key!r}]) if {key!r} in {value}")
+        self.write(f" else undefined(obj={value}, name={key!r})) if type({value} := ")
+        self.visit(node.node, frame)
+        self.write(f") is dict else {miss})")
+        return True
 
     # --- what stays on the generic path ----------------------------------------------------------------
 
@@ -283,12 +371,21 @@ class _FastGenerator(sandbox._CodeGenerator):
         frame = Frame(eval_ctx)
         frame.symbols.analyze_node(node)
         frame.buffer = "_o"
-        self.writeline("def root(_v, _o):", extra=1)
+        self.writeline("def root(_v, _o, _b):", extra=1)
         self.indent()
         self.writeline("_w = _o.append")
         self.writeline(_RESOLVES)  # filled in below, once every frame is known
         self.enter_frame(frame)
+        # names the template never assigns keep their value for the whole render: their lookups are kept
+        stored = {n.name for n in node.find_all(nodes.Name) if n.ctx in ("store", "param")}
+        stable = [
+            ref
+            for ref, (action, name) in frame.symbols.loads.items()
+            if action == VAR_LOAD_RESOLVE and name not in stored
+        ]
+        self._open_caches(stable)
         self.blockvisit(node.body, frame)
+        self._close_caches(stable)
         self.writeline("return _o")
         self.outdent()
 
@@ -327,7 +424,10 @@ class _FastGenerator(sandbox._CodeGenerator):
             for name, ident in self._resolved.items()
             if name not in self.environment.globals
         ]
-        return code.replace(_RESOLVES, "; ".join(lines) or "pass", 1) + "\n" + "\n".join(constants) + "\n"
+        code = code.replace(_RESOLVES, "; ".join(lines) or "pass", 1)
+        for marker, idents in self._cache_lines.items():
+            code = code.replace(marker, f"{' = '.join(idents)} = missing" if idents else "pass", 1)
+        return code + "\n" + "\n".join(constants) + "\n"
 
     def visit_Name(self, node: nodes.Name, frame: Frame) -> None:
         if node.ctx == "load":
@@ -407,6 +507,60 @@ class _FastGenerator(sandbox._CodeGenerator):
                 self.writeline(f"{function} = macro")
                 self._direct[node.name] = (function, len(macro_ref.node.args), sandbox._weight(node.body))
 
+    def macro_body(self, node: nodes.Macro | nodes.CallBlock, frame: Frame) -> tuple[Frame, MacroRef]:
+        """jinja2's, in a scope of its own, with lookups from the parameters the body never assigns kept."""
+        frame = frame.inner()
+        frame.symbols.analyze_node(node)
+        macro_ref = MacroRef(node)
+        args = []
+        for arg in node.args:
+            if arg.name in ("caller", "kwargs", "varargs"):
+                raise _Unsupported("a macro parameter named caller, kwargs or varargs")
+            args.append(frame.symbols.ref(arg.name))
+        undeclared = find_undeclared(node.body, ("caller", "kwargs", "varargs"))
+        if "caller" in undeclared:
+            args.append(frame.symbols.declare_parameter("caller"))
+            macro_ref.accesses_caller = True
+        if "kwargs" in undeclared:
+            args.append(frame.symbols.declare_parameter("kwargs"))
+            macro_ref.accesses_kwargs = True
+        if "varargs" in undeclared:
+            args.append(frame.symbols.declare_parameter("varargs"))
+            macro_ref.accesses_varargs = True
+        frame.require_output_check = False
+        frame.symbols.analyze_node(node)
+        self.writeline(f"{self.func('macro')}({', '.join(args)}):", node)
+        self.indent()
+        with self._new_scope():
+            self.buffer(frame)
+            self.enter_frame(frame)
+            self.push_parameter_definitions(frame)
+            for idx, arg in enumerate(node.args):
+                ref = frame.symbols.ref(arg.name)
+                self.writeline(f"if {ref} is missing:")
+                self.indent()
+                try:
+                    default = node.defaults[idx - len(node.args)]
+                except IndexError:
+                    self.writeline(
+                        f'{ref} = undefined("parameter {arg.name!r} was not provided", name={arg.name!r})'
+                    )
+                else:
+                    self.writeline(f"{ref} = ")
+                    self.visit(default, frame)
+                self.mark_parameter_stored(ref)
+                self.outdent()
+            self.pop_parameter_definitions()
+            assigned = {n.name for n in _stores(node.body)}
+            kept = [frame.symbols.ref(arg.name) for arg in node.args if arg.name not in assigned]
+            self._open_caches(kept)
+            self.blockvisit(node.body, frame)
+            self._close_caches(kept)
+            self.return_buffer_contents(frame, force_unescaped=True)
+            self.leave_frame(frame, with_python_scope=True)
+        self.outdent()
+        return frame, macro_ref
+
     def macro_def(self, macro_ref: Any, frame: Frame) -> None:
         arg_tuple = ", ".join(repr(x.name) for x in macro_ref.node.args)
         name = getattr(macro_ref.node, "name", None)
@@ -445,19 +599,20 @@ class _FastGenerator(sandbox._CodeGenerator):
             test_frame.symbols.analyze_node(node, for_branch="test")
             self.writeline(f"def {loop_filter}(fiter):", node.test)
             self.indent()
-            self.enter_frame(test_frame)
-            self.writeline("for ")
-            self.visit(node.target, loop_frame)
-            self.write(" in fiter:")
-            self.indent()
-            self.writeline("if ", node.test)
-            self.visit(node.test, test_frame)
-            self.write(":")
-            self.indent()
-            self.writeline("yield ")
-            self.visit(node.target, loop_frame)
-            self.outdent(3)
-            self.leave_frame(test_frame, with_python_scope=True)
+            with self._new_scope():
+                self.enter_frame(test_frame)
+                self.writeline("for ")
+                self.visit(node.target, loop_frame)
+                self.write(" in fiter:")
+                self.indent()
+                self.writeline("if ", node.test)
+                self.visit(node.test, test_frame)
+                self.write(":")
+                self.indent()
+                self.writeline("yield ")
+                self.visit(node.target, loop_frame)
+                self.outdent(3)
+                self.leave_frame(test_frame, with_python_scope=True)
 
         indicator = None
         if node.else_:
@@ -471,41 +626,51 @@ class _FastGenerator(sandbox._CodeGenerator):
         if fast:
             assert loop_ref is not None
             index, length = self._temp(), self._temp()
-            self.writeline(f"{items} = _cc_sequence(", node)
             if loop_filter is not None:
-                self.write(f"{loop_filter}(_cc_counted(")
+                self.writeline(f"{items} = _cc_sequence({loop_filter}(_cc_counted(", node)
                 self.visit(iterable, frame)
                 self.write(f", {weight})))")
+                self.writeline(f"{length} = len({items})")
+                counted = items
             else:
+                value = self._temp()
+                self.writeline(f"{items} = ({value} if type({value} := ", node)
                 self.visit(iterable, frame)
-                self.write(")")
-            self.writeline(f"{length} = len({items})")
+                self.write(f") is list else _cc_sequence({value}))")
+                self.writeline(f"{length} = len({items})")
+                counted = self._pay_for_items(items, length, weight)
             self.writeline(f"for {index}, ")
             self.visit(node.target, loop_frame)
-            counted = items if loop_filter is not None else f"_cc_counted({items}, {weight})"
             self.write(f" in enumerate({counted}):")
             self._fast_loops[loop_ref] = (index, length, items)
         else:
             if loop_ref is not None:  # an earlier loop at the same depth had the same name for `loop`
                 self._fast_loops.pop(loop_ref, None)
-            self.writeline(f"{items} = ", node)
             if loop_filter is not None:
-                self.write(f"{loop_filter}(")
-            self.write("_cc_counted(")
-            self.visit(iterable, frame)
-            self.write(f", {weight})")
-            if loop_filter is not None:
-                self.write(")")
+                self.writeline(f"{items} = {loop_filter}(_cc_counted(", node)
+                self.visit(iterable, frame)
+                self.write(f", {weight}))")
+                counted = items
+            else:
+                self.writeline(f"{items} = ", node)
+                self.visit(iterable, frame)
+                counted = self._pay_for_items(items, None, weight)
             self.writeline("for ")
             self.visit(node.target, loop_frame)
             if uses_loop:
-                self.write(f", {loop_ref} in LoopContext({items}, undefined):")
+                self.write(f", {loop_ref} in LoopContext({counted}, undefined):")
             else:
-                self.write(f" in {items}:")
+                self.write(f" in {counted}:")
 
         self.indent()
         self.enter_frame(loop_frame)
+        # the item stays the same during one iteration, unless the body assigns its name
+        item = [loop_frame.symbols.ref(node.target.name)] if isinstance(node.target, nodes.Name) else []
+        if item and any(n.name == node.target.name for n in _stores(node.body)):
+            item = []
+        self._open_caches(item)
         self.blockvisit(node.body, loop_frame)
+        self._close_caches(item)
         if indicator is not None:
             self.writeline(f"{indicator} = 0")
         self.outdent()
@@ -523,6 +688,44 @@ class _FastGenerator(sandbox._CodeGenerator):
         if self._assign_stack:
             self._assign_stack[-1].difference_update(loop_frame.symbols.stores)
 
+    def _pay_for_items(self, items: str, length: str | None, weight: int) -> str:
+        """What limits.counted does for a loop over ``items``, inline for a short list: the name to iterate.
+
+        A short list pays for all its items up front; anything else is left to limits.counted.
+        """
+        counted = self._temp()
+        most = limits.STEP_CHUNK // weight  # (len + 1) * weight fits in one chunk of steps below this
+        if length is None:
+            self.writeline(f"if type({items}) is list and len({items}) < {most}:")
+            paid = f"(len({items}) + 1) * {weight}"
+        else:
+            self.writeline(f"if {length} < {most}:")
+            paid = f"({length} + 1) * {weight}"
+        self.indent()
+        self.writeline(f"_b.steps -= {paid}")
+        self.writeline("if _b.steps <= 0:")
+        self.indent()
+        self.writeline("_b.tick()")
+        self.outdent()
+        self.writeline(f"{counted} = {items}")
+        self.outdent()
+        self.writeline("else:")
+        self.indent()
+        self.writeline(f"{counted} = _cc_counted({items}, {weight})")
+        self.outdent()
+        return counted
+
+    def visit_ExprStmt(self, node: nodes.ExprStmt, frame: Frame) -> None:
+        if isinstance(node.node, nodes.Filter) and node.node.name == "_cc_spend":
+            # a checkpoint: the steps paid here, and the clock read when a chunk is used up
+            self.writeline(f"_b.steps -= {node.node.args[0].as_const(frame.eval_ctx)}", node)
+            self.writeline("if _b.steps <= 0:")
+            self.indent()
+            self.writeline("_b.tick()")
+            self.outdent()
+            return
+        super().visit_ExprStmt(node, frame)
+
     # --- expressions --------------------------------------------------------------------------------------
 
     @optimizeconst
@@ -533,10 +736,32 @@ class _FastGenerator(sandbox._CodeGenerator):
         if attr in _DICT_ATTRIBUTES or attr.startswith("_"):
             super().visit_Getattr(node, frame)
             return
+        if self._cached(node, attr, frame):
+            return
         value = self._temp()
-        self.write(f"({value}[{attr!r}] if type({value} := ")
+        if isinstance(node.node, nodes.Name):
+            # a name may hold a namespace (`ns.found`): its attributes are read from its own dict
+            kind = self._temp()
+            self.write(f"(({value}[{attr!r}] if {attr!r} in {value} else undefined(obj={value}, name={attr!r}))")
+            self.write(f" if ({kind} := type({value} := ")
+            self.visit(node.node, frame)
+            self.write(
+                f")) is dict else {value}.__dict__[{attr!r}] if {kind} is _Namespace and {attr!r} in {value}.__dict__"
+                f" else _cc_getattr({value}, {attr!r}))"
+            )
+            return
+        self.write(f"(({value}[{attr!r}] if {attr!r} in {value} else undefined(obj={value}, name={attr!r}))")
+        self.write(" if type(" + value + " := ")
         self.visit(node.node, frame)
-        self.write(f") is dict and {attr!r} in {value} else _cc_getattr({value}, {attr!r}))")
+        self.write(f") is dict else _cc_getattr({value}, {attr!r}))")
+
+    def visit_NSRef(self, node: nodes.NSRef, frame: Frame) -> None:
+        # `{% set ns.found = true %}`: the namespace's own dict, where the sandbox's __setitem__ would put it
+        ref = frame.symbols.ref(node.name)
+        if node.attr.startswith("_"):
+            super().visit_NSRef(node, frame)  # refused by the namespace itself
+            return
+        self.write(f"({ref}.__dict__ if type({ref}) is _Namespace else {ref})[{node.attr!r}]")
 
     def _loop_counter(self, node: nodes.Getattr, frame: Frame) -> bool:
         """``loop.index0``, ``loop.last``... of a fast loop, from its counters."""
@@ -566,11 +791,20 @@ class _FastGenerator(sandbox._CodeGenerator):
     def visit_Getitem(self, node: nodes.Getitem, frame: Frame) -> None:
         key = _constant(node.arg, frame)
         value = self._temp()
-        if isinstance(key, str):
+        if type(key) is str and key not in _DICT_ATTRIBUTES:
+            if self._cached(node, key, frame):
+                return
+            self.write(f"(({value}[{key!r}] if {key!r} in {value} else undefined(obj={value}, name={key!r}))")
+            self.write(" if type(" + value + " := ")
+            self.visit(node.node, frame)
+            self.write(f") is dict else _cc_getitem({value}, {key!r}))")
+        elif isinstance(key, str):
             self.write(f"({value}[{key!r}] if type({value} := ")
             self.visit(node.node, frame)
             self.write(f") is dict and {key!r} in {value} else _cc_getitem({value}, {key!r}))")
         elif type(key) is int and key in (0, -1):
+            if self._cached(node, key, frame):
+                return
             self.write(f"({value}[{key}] if type({value} := ")
             self.visit(node.node, frame)
             self.write(f") is list and {value} else _cc_getitem({value}, {key}))")
@@ -892,6 +1126,14 @@ def _constant(node: nodes.Node, frame: Frame) -> Any:
         return missing
 
 
+def _stores(body: Iterable[nodes.Node]) -> Iterator[nodes.Name]:
+    """The names ``body`` assigns (``set``, loop targets, ``with``), at any depth."""
+    for top in body:
+        for name in [top, *top.find_all(nodes.Name)]:
+            if isinstance(name, nodes.Name) and name.ctx in ("store", "param"):
+                yield name
+
+
 def _counted_parts(iterable: nodes.Expr) -> tuple[nodes.Expr, int]:
     """A loop's iterable without the sandbox's counting filter, and the weight that filter charges."""
     if isinstance(iterable, nodes.Filter) and iterable.name == "_cc_counted":
@@ -943,7 +1185,7 @@ class FastTemplate:
         """The output for ``variables``, with ``budget`` active (:func:`render` is the checked entry point)."""
         parts: list[str] = []
         budget.output = parts  # measured as it grows, each time the budget reads the clock
-        self.root(variables, parts)
+        self.root(variables, parts, budget)
         size = sum(map(len, parts))
         if size > budget.limits.max_output:
             budget.check_size(size, "an output")
@@ -986,7 +1228,7 @@ def render(
         budget.output = parts  # measured as it grows, each time the budget reads the clock
         token = _ACTIVE.set(budget)
         try:
-            fast.root(variables, parts)
+            fast.root(variables, parts, budget)
             if len(parts) > budget.measured:
                 size = budget.emitted + sum(map(len, parts[budget.measured :] if budget.measured else parts))
                 if size > budget.limits.max_output:
