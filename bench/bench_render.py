@@ -146,17 +146,18 @@ def prepared(template: Any, messages: Any, tools: Any, options: dict[str, Any]) 
     from chatcodec import compiler
 
     seen: list[dict[str, Any]] = []
-    original = compiler.render
+    fast = compiler.fast_template(template.source)
+    original = fast.root
 
-    def spy(compiled: Any, source: str, variables: dict[str, Any], **kwargs: Any) -> str:
+    def spy(variables: dict[str, Any], budget: Any) -> str:
         seen.append(dict(variables))
-        return original(compiled, source, variables, **kwargs)
+        return original(variables, budget)  # type: ignore[no-any-return]
 
-    compiler.render = spy
+    fast.root = spy
     try:
         template.render(messages, tools=tools, now=NOW, **options)
     finally:
-        compiler.render = original
+        fast.root = original
     return seen[0]
 
 

@@ -51,7 +51,6 @@ __all__ = ["FastTemplate", "fast_template", "render"]
 
 environment = sandbox.environment
 NOT_COMPILED = sandbox.NOT_COMPILED
-_ACTIVE = limits._ACTIVE
 
 #: short strings and their methods: nothing to pay for (as in the sandbox's own fast path)
 _SHORT = limits.FAST_SIZE
@@ -210,6 +209,8 @@ _RUNTIME: dict[str, Any] = {
     "_Context": _Context,
     "context": _NoContext(),
     "_cc_call": _call,
+    "_cc_activate": limits._ACTIVE.set,
+    "_cc_deactivate": limits._ACTIVE.reset,
     "_cc_method": _call_method,
     "_cc_getattr": environment.fast_getattr,
     "_cc_getitem": environment.fast_getitem,
@@ -314,13 +315,13 @@ class _FastGenerator(sandbox._CodeGenerator):
         if isinstance(node, nodes.Getattr):
             if node.attr in _DICT_ATTRIBUTES or node.attr.startswith("_"):
                 return None
-            step: tuple[str, Any] = ("a", node.attr)
+            step: tuple[str, Any] = ("k", node.attr)  # a dict hit: the same value as message['role']
         elif isinstance(node, nodes.Getitem):
             key = _constant(node.arg, frame)
             if type(key) is int and key in (0, -1):
                 step = ("n", key)
-            elif type(key) is str and key not in _DICT_ATTRIBUTES:
-                step = ("i", key)
+            elif type(key) is str and key not in _DICT_ATTRIBUTES and not key.startswith("_"):
+                step = ("k", key)
             else:
                 return None
         else:
@@ -371,9 +372,14 @@ class _FastGenerator(sandbox._CodeGenerator):
         frame = Frame(eval_ctx)
         frame.symbols.analyze_node(node)
         frame.buffer = "_o"
-        self.writeline("def root(_v, _o, _b):", extra=1)
+        # root(variables, budget) -> the output: the budget made active and its output measured as it grows
+        self.writeline("def root(_v, _b):", extra=1)
         self.indent()
+        self.writeline("_b.output = _o = []")
         self.writeline("_w = _o.append")
+        self.writeline("_t = _cc_activate(_b)")
+        self.writeline("try:")
+        self.indent()
         self.writeline(_RESOLVES)  # filled in below, once every frame is known
         self.enter_frame(frame)
         # names the template never assigns keep their value for the whole render: their lookups are kept
@@ -386,7 +392,17 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._open_caches(stable)
         self.blockvisit(node.body, frame)
         self._close_caches(stable)
-        self.writeline("return _o")
+        self.outdent()
+        self.writeline("finally:")
+        self.indent()
+        self.writeline("_cc_deactivate(_t)")
+        self.outdent()
+        # the parts are measured before they are joined: they may repeat one long string many times
+        self.writeline("if sum(map(len, _o)) > _b.limits.max_output:")
+        self.indent()
+        self.writeline("_b.check_size(sum(map(len, _o)), 'an output')")
+        self.outdent()
+        self.writeline("return ''.join(_o)")
         self.outdent()
 
     def enter_frame(self, frame: Frame) -> None:
@@ -455,33 +471,86 @@ class _FastGenerator(sandbox._CodeGenerator):
             super().start_write(frame, node)
 
     def visit_Output(self, node: nodes.Output, frame: Frame) -> None:
+        """Output as one f-string per run of ``{{ }}`` and text, when its parts are short; else part by part.
+
+        ``\n    {{ '<|im_start|>' + role + '\n' + content }}\n`` is one append of one string built at once.
+        """
         if frame.require_output_check:
             raise _Unsupported("output outside blocks of an extended template")
         finalize = self._make_finalize()
-        write = "_w" if frame.buffer == "_o" else f"{frame.buffer}.append"
-        pending: list[str] = []
+        buffer = frame.buffer
+        write = "_w" if buffer == "_o" else f"{buffer}.append"
+        # (code, node, kind): a literal's repr (kind "lit"); a temporary holding str(node) ("str") or node
+        # itself, known to be text ("text"); an operand of a `+` chain, which must be a str ("add")
+        pieces: list[tuple[str, Any, str]] = []
+        chains: dict[int, list[tuple[str, nodes.Expr | None]]] = {}  # first piece of a chain -> its pieces
+        constant: list[str] = []
 
-        def flush() -> None:
-            if pending:
-                self.writeline(f"{write}({self._output_const_repr(pending)})")
-                pending.clear()
+        def flush_constant() -> None:
+            if constant:
+                pieces.append((repr(concat(constant)), None, "lit"))
+                constant.clear()
 
         for child in node.nodes:
             try:
                 if not (finalize.const or isinstance(child, nodes.TemplateData)):
                     raise nodes.Impossible()
-                pending.append(self._output_child_to_const(child, frame, finalize))
+                constant.append(self._output_child_to_const(child, frame, finalize))
                 continue
             except (nodes.Impossible, Exception):
                 pass
-            flush()
-            self.writeline(f"{write}(", child)
-            text = self._is_text(child, frame)
-            if not text:
+            flush_constant()
+            operands = _add_operands(child) if isinstance(child, nodes.Add) else []
+            if any(isinstance(o, nodes.Const) and type(o.value) is str for o in operands):
+                chain = self._chain_pieces(operands)
+                chains[len(pieces)] = chain
+                pieces += [(code, operand, "add" if operand is not None else "lit") for code, operand in chain]
+            else:
+                pieces.append((self._temp(), child, "text" if self._is_text(child, frame) else "str"))
+        flush_constant()
+
+        dynamic = [piece for piece in pieces if piece[1] is not None]
+        if not dynamic:
+            if pieces:
+                self.writeline(f"{write}({''.join(eval(code) for code, _, _ in pieces)!r})")  # noqa: S307
+            return
+        if len(pieces) == 1 and not chains:  # `{{ x }}` alone: appended as it is
+            code, child, kind = pieces[0]
+            self.writeline(f"{write}(" + ("" if kind == "text" else "str("), child)
+            self.visit(child, frame)
+            self.write(")" if kind == "text" else "))")
+            return
+        literal = sum(len(eval(code)) for code, _, kind in pieces if kind == "lit")  # noqa: S307 - our own reprs
+        self.writeline("if (", node)
+        for at, (temp, child, kind) in enumerate(dynamic):
+            self.write(f"{' + ' if at else ''}len({temp} := ")
+            if kind == "str":
                 self.write("str(")
             self.visit(child, frame)
-            self.write(")" if text else "))")
-        flush()
+            self.write(")" if kind != "str" else "))")
+        self.write(f") <= {_SHORT_CHAIN - literal}")
+        for temp, _, kind in dynamic:
+            if kind == "add":
+                self.write(f" and type({temp}) is str")
+        self.write(":")
+        self.indent()
+        self.writeline(f"{write}({_fstring([(code, child) for code, child, _ in pieces])})")
+        self.outdent()
+        self.writeline("else:")
+        self.indent()
+        # as jinja2 would: each part on its own, a `+` chain added with jinja2's semantics and checks
+        parts = []
+        at = 0
+        while at < len(pieces):
+            chain = chains.get(at)
+            if chain is not None:
+                parts.append(f"_cc_cat({', '.join(code for code, _ in chain)})")
+                at += len(chain)
+            else:
+                parts.append(pieces[at][0])
+                at += 1
+        self.writeline(f"{buffer}.extend(({', '.join(parts)},))")
+        self.outdent()
 
     def _is_text(self, node: nodes.Node, frame: Frame) -> bool:
         """Whether ``node`` always gives a str (or Markup) when it gives anything: its output needs no str()."""
@@ -994,25 +1063,37 @@ class _FastGenerator(sandbox._CodeGenerator):
                 return
             super().visit_Add(node, frame)
             return
-        # `'<|im_start|>' + role + '\n' + content`: with a str among them, the sum is text if it is
-        # anything, and every operand has a length. Short ones are added by Python directly.
-        codes = []
-        dynamic = []
+        # `'<|im_start|>' + role + '\n' + content`: when every operand is a str and they are short, one
+        # f-string builds the sum at once; anything else is added as jinja2 adds (Markup escapes, ...).
+        pieces = self._chain_pieces(operands)
+        self.write(f"({_fstring(pieces)} if ")
+        self._chain_guard(pieces, frame)
+        self.write(f" else _cc_cat({', '.join(code for code, _ in pieces)}))")
+
+    def _chain_pieces(self, operands: list[nodes.Expr]) -> list[tuple[str, nodes.Expr | None]]:
+        """The operands of a ``+`` chain as (code, node): a literal's repr and None, or a temporary and its node."""
+        pieces: list[tuple[str, nodes.Expr | None]] = []
         for operand in operands:
-            if operand in strings:
-                codes.append(repr(operand.value))  # type: ignore[attr-defined]
+            if isinstance(operand, nodes.Const) and type(operand.value) is str:
+                pieces.append((repr(operand.value), None))
             else:
-                codes.append(self._temp())
-                dynamic.append((operand, codes[-1]))
-        literal = sum(len(s.value) for s in strings)
-        self.write(f"(({' + '.join(codes)}) if (")
-        for at, (operand, temp) in enumerate(dynamic):
+                pieces.append((self._temp(), operand))
+        return pieces
+
+    def _chain_guard(self, pieces: list[tuple[str, nodes.Expr | None]], frame: Frame, room: int = _SHORT_CHAIN) -> None:
+        """``len(a := A) + ... <= room - literals and type(a) is str and ...``: every operand evaluated, in order."""
+        literal = sum(len(eval(code)) for code, node in pieces if node is None)  # noqa: S307 - our own reprs
+        dynamic = [(code, node) for code, node in pieces if node is not None]
+        self.write("(")
+        for at, (temp, operand) in enumerate(dynamic):
             self.write(f"{' + ' if at else ''}len({temp} := ")
             self.visit(operand, frame)
             self.write(")")
         if not dynamic:
             self.write("0")
-        self.write(f") <= {_SHORT_CHAIN - literal} else _cc_cat({', '.join(codes)}))")
+        self.write(f") <= {room - literal}")
+        for temp, _ in dynamic:
+            self.write(f" and type({temp}) is str")
 
     @optimizeconst
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
@@ -1049,6 +1130,11 @@ class _FastGenerator(sandbox._CodeGenerator):
             super().visit_Mod(node, frame)
             return
         # `loop.index0 % 2`: an int's remainder; a string on the left is printf formatting (limits.mod)
+        if isinstance(node.left, nodes.Getattr) and self._is_counter(node.left, frame):
+            self.write("(")
+            self.visit(node.left, frame)
+            self.write(f" % {divisor})")
+            return
         value = self._temp()
         self.write(f"({value} % {divisor} if type({value} := ")
         self.visit(node.left, frame)
@@ -1081,6 +1167,16 @@ class _FastGenerator(sandbox._CodeGenerator):
                 return
         super().visit_Compare(node, frame)
 
+    def _is_counter(self, node: nodes.Getattr, frame: Frame) -> bool:
+        """Whether ``node`` is an integer counter of a fast loop (``loop.index0``, ``loop.length``...)."""
+        target = node.node
+        return (
+            node.attr not in ("first", "last", "previtem", "nextitem")
+            and isinstance(target, nodes.Name)
+            and target.name == "loop"
+            and (frame.symbols.find_ref("loop") or "") in self._fast_loops
+        )
+
     def _small(self, node: nodes.Node, frame: Frame) -> bool:
         """Whether ``node`` gives a number, a bool or a constant (if anything): comparing it costs constant time."""
         if isinstance(node, (nodes.Const, nodes.Compare, nodes.Not, nodes.Test)):
@@ -1105,6 +1201,19 @@ class _FastGenerator(sandbox._CodeGenerator):
                 and (frame.symbols.find_ref("loop") or "") in self._fast_loops
             )
         return False
+
+
+def _fstring(pieces: list[tuple[str, Any]]) -> str:
+    """An f-string of literals (their reprs, node None) and temporaries holding text (``{t!s}``)."""
+    body = []
+    for code, node in pieces:
+        if node is None:
+            text = eval(code)  # noqa: S307 - a repr we made
+            escaped = text.encode("unicode_escape").decode("ascii").replace("'", "\\'")
+            body.append(escaped.replace("{", "{{").replace("}", "}}"))
+        else:
+            body.append("{" + code + "!s}")
+    return "f'" + "".join(body) + "'"
 
 
 def _add_operands(node: nodes.Node) -> list[nodes.Expr]:
@@ -1165,13 +1274,18 @@ def _reads_only_counters(body: Iterable[nodes.Node]) -> bool:
 
 
 class FastTemplate:
-    """A template compiled by :mod:`chatcodec.compiler`: one function from variables to output parts."""
+    """A template compiled by :mod:`chatcodec.compiler`: ``root(variables, budget)`` gives the output.
 
-    __slots__ = ("_lines", "root", "source")
+    ``names`` are the variables it reads (a template cannot reach any other: it has no access to its
+    context as a whole).
+    """
 
-    def __init__(self, root: Any, source: str, debug_info: list[tuple[int, int]]) -> None:
+    __slots__ = ("_lines", "names", "root", "source")
+
+    def __init__(self, root: Any, source: str, debug_info: list[tuple[int, int]], names: frozenset[str]) -> None:
         self.root = root
         self.source = source  # the generated Python, for reading
+        self.names = names
         self._lines = sorted(debug_info, key=lambda pair: pair[1])
 
     def get_corresponding_lineno(self, lineno: int) -> int:
@@ -1182,14 +1296,8 @@ class FastTemplate:
         return 1
 
     def render(self, variables: Mapping[str, Any], budget: limits.Budget) -> str:
-        """The output for ``variables``, with ``budget`` active (:func:`render` is the checked entry point)."""
-        parts: list[str] = []
-        budget.output = parts  # measured as it grows, each time the budget reads the clock
-        self.root(variables, parts, budget)
-        size = sum(map(len, parts))
-        if size > budget.limits.max_output:
-            budget.check_size(size, "an output")
-        return "".join(parts)
+        """The output for ``variables`` under ``budget``, or Python's own error (:func:`render` is the checked entry point)."""
+        return self.root(variables, budget)  # type: ignore[no-any-return]
 
 
 @lru_cache(maxsize=256)
@@ -1206,7 +1314,7 @@ def fast_template(source: str) -> FastTemplate | None:
         return None
     except Exception:  # jinja2 refuses it (an unknown filter at compile time...): the generic path reports it
         return None
-    template = FastTemplate(namespace["root"], code, generator.debug_info)
+    template = FastTemplate(namespace["root"], code, generator.debug_info, frozenset(generator._resolved))
     namespace["__jinja_template__"] = template
     return template
 
@@ -1215,34 +1323,33 @@ def render(
     compiled: sandbox.Compiled,
     source: str,
     variables: Mapping[str, Any],
-    *,
     name: str | None = None,
-    budget: limits.Budget,
+    budget: limits.Budget | None = None,
 ) -> str:
     """Render ``source`` with its compiled form when it has one, else (or on any error) as sandbox.run does."""
+    assert budget is not None
     fast = compiled.fast
     if fast is NOT_COMPILED:
         fast = compiled.fast = fast_template(source)
     if fast is not None and budget.spans is None:
-        parts: list[str] = []
-        budget.output = parts  # measured as it grows, each time the budget reads the clock
-        token = _ACTIVE.set(budget)
         try:
-            fast.root(variables, parts, budget)
-            if len(parts) > budget.measured:
-                size = budget.emitted + sum(map(len, parts[budget.measured :] if budget.measured else parts))
-                if size > budget.limits.max_output:
-                    budget.check_size(size, "an output")
-            return "".join(parts)
-        except LimitError as exc:
-            if exc.lineno is None:
-                exc.template_name, exc.lineno = name, sandbox._template_line(exc)
-            raise
-        except (RecursionError, MemoryError) as exc:
-            raise sandbox._translate(exc, name) from exc
-        except Exception:
-            # the generic path renders it again and raises jinja2's own error, at the same budget
-            budget.output, budget.measured, budget.emitted = None, 0, 0
-        finally:
-            _ACTIVE.reset(token)
+            return fast.root(variables, budget)  # type: ignore[no-any-return]
+        except Exception as exc:
+            return recover(exc, compiled, variables, name, budget)
+    return sandbox.run(compiled, variables, name=name, budget=budget)
+
+
+def recover(
+    error: Exception, compiled: sandbox.Compiled, variables: Mapping[str, Any], name: str | None, budget: limits.Budget
+) -> str:
+    """After a compiled render of ``compiled`` raised ``error``: a LimitError (with its template line) or
+    a recursion or memory error stands; anything else is rendered again on the generic path, which
+    raises jinja2's own error or gives the text."""
+    if isinstance(error, LimitError):
+        if error.lineno is None:
+            error.template_name, error.lineno = name, sandbox._template_line(error)
+        raise error
+    if isinstance(error, (RecursionError, MemoryError)):
+        raise sandbox._translate(error, name) from error
+    budget.output, budget.measured, budget.emitted = None, 0, 0  # the generic path starts over, same budget
     return sandbox.run(compiled, variables, name=name, budget=budget)

@@ -111,14 +111,15 @@ DEFAULT_LIMITS = Limits()
 class Budget:
     """The state of one render: its limits, what it has spent, and the clock it was given.
 
-    Making one is cheap, as every render makes one: the fields start as class defaults, and the clock
-    is first read at the first checkpoint (:meth:`tick`, after :data:`STEP_CHUNK` steps), which starts
-    the ``timeout``. A render too small to reach a checkpoint never reads it; a larger one may run the
-    time of one chunk of steps (a few milliseconds) more than its timeout.
+    Making one is cheap, as every render makes one: the fields a render always touches are slots, the
+    others start as class defaults, and the clock is first read at the first checkpoint (:meth:`tick`,
+    after :data:`STEP_CHUNK` steps), which starts the ``timeout``. A render too small to reach a
+    checkpoint never reads it; a larger one may run the time of one chunk of steps (a few milliseconds)
+    more than its timeout.
     """
 
-    #: steps left before the next checkpoint
-    steps = STEP_CHUNK
+    __slots__ = ("__dict__", "limits", "now", "output", "steps")
+
     #: macro calls and recursive loops currently open
     depth = 0
     #: bytes of large values made so far, and the count at which memory is read next
@@ -130,8 +131,7 @@ class Budget:
     emitted = 0
     #: the ``{% generation %}`` spans, when the render tracks them
     spans: list[tuple[int, int]] | None = None
-    #: the output list a compiled render appends to, and how much of it has been measured
-    output: list[str] | None = None
+    #: how much of the output list (``output``) has been measured
     measured = 0
     #: checkpoints so far, and when the render must end (set at the first one)
     ticks = 0
@@ -140,6 +140,10 @@ class Budget:
     def __init__(self, limits: Limits, now: datetime | None = None, track_generation: bool = False) -> None:
         self.limits = limits
         self.now = now
+        #: steps left before the next checkpoint
+        self.steps = STEP_CHUNK
+        #: the output list a compiled render appends to, measured at each checkpoint
+        self.output: list[str] | None = None
         if track_generation:
             self.spans = []
 

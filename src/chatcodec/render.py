@@ -119,43 +119,51 @@ class ChatTemplate:
         applies what it lacks, a set of names those rewrites (:mod:`chatcodec.polyfills`); the default
         renders exactly. Other keyword arguments (``enable_thinking=False``, ...) become template variables.
         """
+        fast = self._default.fast if self._only_default else None
         if (
             polyfill is False
             and not continue_final_message
             and chat_template is None
-            and self._only_default
+            and type(fast) is _FAST_TEMPLATE
             and type(messages) is list
             and messages
             and (now is None or type(now) is datetime)
             and not self.limits.isolate
         ):
-            # The common render, the short way: what _render does, without the options it does not use.
+            # The common render, the short way: _render's work without the options it does not use, and
+            # the compiled template called directly (compiler.render's work, which it falls back to).
             try:
                 chat = _normalize_messages(messages)
                 if template_kwargs:
-                    variables = {**self.special_tokens, **plain(template_kwargs)}
-                    variables["tools"] = None if tools is None else _tool_schemas(tools)
+                    for value in template_kwargs.values():
+                        if value.__class__ not in _SCALARS:
+                            template_kwargs = plain(template_kwargs)
+                            break
+                    variables = {**self.special_tokens, **template_kwargs}
+                    variables["tools"] = None if tools is None else _tool_schemas(tools, "tools" in fast.names)  # type: ignore[union-attr]
                     variables["documents"] = None if documents is None else _documents(documents)
                     variables["messages"] = chat
                     variables["add_generation_prompt"] = add_generation_prompt
                 else:
                     variables = dict(
                         self.special_tokens,
-                        tools=None if tools is None else _tool_schemas(tools),
+                        tools=None if tools is None else _tool_schemas(tools, "tools" in fast.names),  # type: ignore[union-attr]
                         documents=None if documents is None else _documents(documents),
                         messages=chat,
                         add_generation_prompt=add_generation_prompt,
                     )
             except RecursionError:
                 raise InputError(_TOO_DEEP) from None
+            budget = Budget(self.limits, now)
             try:
-                return (_COMPILER or _load_compiler()).render(  # type: ignore[no-any-return]
-                    self._default, self._sources["default"], variables, name=self.name, budget=Budget(self.limits, now)
-                )
-            except TemplateRuntimeError as exc:
-                if not isinstance(exc, TemplateRaisedError):
-                    _point_at_input(exc, chat, messages)
-                raise
+                return fast.root(variables, budget)  # type: ignore[no-any-return, union-attr]
+            except Exception as exc:
+                try:
+                    return _COMPILER.recover(exc, self._default, variables, self.name, budget)  # type: ignore[no-any-return]
+                except TemplateRuntimeError as error:
+                    if not isinstance(error, TemplateRaisedError):
+                        _point_at_input(error, chat, messages)
+                    raise
         text, _, _ = self._render(
             messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
             template_kwargs, track_generation=False, polyfill=polyfill,
@@ -304,7 +312,7 @@ class ChatTemplate:
             else:
                 budget = Budget(self.limits, now, track_generation)
                 text = (_COMPILER or _load_compiler()).render(
-                    compiled, self._sources[key], variables, name=self._label(key), budget=budget
+                    compiled, self._sources[key], variables, self._label(key), budget
                 )
                 spans = budget.spans or []
         except TemplateRuntimeError as exc:
@@ -323,13 +331,16 @@ _TOO_DEEP = (
 )
 #: chatcodec.compiler, imported on the first render (`import chatcodec` stays light)
 _COMPILER: Any = None
+#: its compiled form's type, which the short path of ChatTemplate.render calls directly
+_FAST_TEMPLATE: Any = None
 
 
 def _load_compiler() -> Any:
-    global _COMPILER
+    global _COMPILER, _FAST_TEMPLATE
     from . import compiler
 
     _COMPILER = compiler
+    _FAST_TEMPLATE = compiler.FastTemplate
     return compiler
 
 
@@ -454,32 +465,57 @@ def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
     A list of messages that need none of it (plain JSON, no ``None`` value, no reasoning field: most
     conversations) is returned as it is: the sandbox never lets a template change it.
     """
-    if type(messages) is list:
-        nested: list[Any] = []
-        add = nested.append
-        for message in messages:
-            if message.__class__ is not dict:
-                break
+    if type(messages) is not list:
+        return _normalized_copy(messages)
+    chat: list[dict[str, Any]] | None = None  # a new list, from the first message that needs work
+    nested: list[Any] = []  # the lists and dicts in messages taken as they are: checked at the end
+    add = nested.append
+    for index, message in enumerate(messages):
+        if message.__class__ is dict:
             if len(message) == 2 and message.get("content").__class__ is str and message.get("role").__class__ is str:
+                if chat is not None:
+                    chat.append(message)
                 continue  # the common message, {"role": str, "content": str}
-            if "reasoning_content" in message or "thinking" in message or "reasoning" in message:
-                break
-            for key, value in message.items():
-                kind = value.__class__
-                if key.__class__ is not str:
-                    break
-                if kind is str or kind is int or kind is float or kind is bool:
+            if "reasoning_content" not in message and "thinking" not in message and "reasoning" not in message:
+                for key, value in message.items():
+                    kind = value.__class__
+                    if key.__class__ is not str:
+                        break
+                    if kind is str or kind is int or kind is float or kind is bool:
+                        continue
+                    if kind is not dict and kind is not list:
+                        break  # None (dropped), or a value to convert
+                    add(value)
+                else:
+                    if chat is not None:
+                        chat.append(message)
                     continue
-                if kind is not dict and kind is not list:
-                    break  # None (dropped), or a value to convert
-                add(value)
-            else:
-                continue
+        if chat is None:
+            chat = messages[:index]
+        chat.append(_normalized_message(message, index))
+    if nested and not _all_plain(nested):
+        return _normalized_copy(messages)
+    return messages if chat is None else chat
+
+
+def _normalized_message(message: Any, index: int) -> dict[str, Any]:
+    """One message as the template sees it: a plain dict, without ``None`` values, with reasoning aliases."""
+    if type(message) is not dict:
+        message = _message_as_dict(message, index)
+    converted = message
+    for key, value in message.items():
+        if type(value) is str and type(key) is str:
+            continue
+        if value is None or type(key) is not str or (type(value) not in _SCALARS and plain(value) is not value):
+            # a copy, plain, without the keys whose value is None (§5.1); most messages need none of it
+            converted = {plain(k): plain(v) for k, v in message.items() if v is not None}
             break
-        else:
-            if not nested or _all_plain(nested):
-                return messages
-    return _normalized_copy(messages)
+    if "reasoning_content" in converted or "thinking" in converted or "reasoning" in converted:
+        for field in _REASONING_FIELDS:
+            reasoning = converted.get(field)
+            if reasoning is not None:
+                return {"thinking": reasoning, **converted, "reasoning_content": reasoning}
+    return converted
 
 
 def _normalized_copy(messages: Any) -> list[dict[str, Any]]:
@@ -493,24 +529,7 @@ def _normalized_copy(messages: Any) -> list[dict[str, Any]]:
             f"Messages must be a list of message dicts, not {type(messages).__name__}."
             ' Pass [{"role": "user", "content": "..."}, ...].'
         )
-    chat = []
-    for index, message in enumerate(messages):
-        if type(message) is not dict:
-            message = _message_as_dict(message, index)
-        converted = message
-        for key, value in message.items():
-            if type(value) is str and type(key) is str:
-                continue
-            if value is None or type(key) is not str or (type(value) not in _SCALARS and plain(value) is not value):
-                # a copy, plain, without the keys whose value is None (§5.1); most messages need none of it
-                converted = {plain(k): plain(v) for k, v in message.items() if v is not None}
-                break
-        if "reasoning_content" in converted or "thinking" in converted or "reasoning" in converted:
-            reasoning = next((converted[k] for k in _REASONING_FIELDS if converted.get(k) is not None), None)
-            if reasoning is not None:
-                converted = {"thinking": reasoning, **converted, "reasoning_content": reasoning}
-        chat.append(converted)
-    return chat
+    return [_normalized_message(message, index) for index, message in enumerate(messages)]
 
 
 def _message_as_dict(message: Any, index: int) -> dict[str, Any]:
@@ -523,11 +542,17 @@ def _message_as_dict(message: Any, index: int) -> dict[str, Any]:
     return dict(message)
 
 
-def _tool_schemas(tools: Sequence[Any] | None) -> list[Any] | None:
+def _tool_schemas(tools: Sequence[Any] | None, read: bool = True) -> list[Any] | None:
+    """The tools as the template sees them: JSON schemas, plain (or as given, when the template never reads them)."""
     if tools is None:
         return None
-    if type(tools) is list and all(tool.__class__ is dict for tool in tools) and _all_plain(tools):
-        return tools  # plain JSON schemas, shared as they are (the template cannot change them)
+    if type(tools) is list:
+        for tool in tools:
+            if tool.__class__ is not dict:
+                break
+        else:
+            if not read or _all_plain(tools):
+                return tools  # plain JSON schemas, shared as they are (the template cannot change them)
     if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
         raise InputError(f"tools must be a list of tool schemas or functions, not {type(tools).__name__}.")
     schemas = []
