@@ -1086,27 +1086,36 @@ def check_json_layout(value: Any, indent: Any, separators: Any) -> None:
     per_item = per_line + sum(len(s) for s in separators or () if isinstance(s, str))
     if per_item:
         budget = _ACTIVE.get()
-        limit = budget.limits.max_output
-        nodes, depth = _json_shape(value, limit)
-        check_size(_shown_size(value) + nodes * (per_item + 1) * depth, "the result of |tojson")
+        check_size(_json_layout_size(value, per_item, budget.limits.max_output), "the result of |tojson")
 
 
-def _json_shape(value: Any, limit: int) -> tuple[int, int]:
-    """Items and nesting depth of a JSON value, walked level by level (no recursion), up to ``limit`` items."""
-    nodes = depth = 0
+def _json_layout_size(value: Any, per_item: int, limit: int) -> int:
+    """About how long the JSON of ``value`` is with ``per_item`` characters of layout per item and level.
+
+    Its strings, four characters per item, and the layout: each item is indented once per level it is
+    nested in. Walked level by level (no recursion), every reference counted as often as it occurs,
+    and stopped once past ``limit``.
+    """
+    nodes = depth = chars = size = 0
     level: list[Any] = [value]
-    while level and nodes <= limit:
+    while level:
         depth += 1
         nodes += len(level)
         nested: list[Any] = []
         for item in level:
-            if isinstance(item, dict):
+            if isinstance(item, str):
+                chars += len(item)
+            elif isinstance(item, dict):
                 nested += item.values()
                 nodes += len(item)
+                chars += sum([len(key) for key in item if isinstance(key, str)])
             elif isinstance(item, (list, tuple)):
                 nested += item
+        size = chars + 4 * nodes + nodes * (per_item + 1) * depth
+        if size > limit:
+            return size
         level = nested
-    return nodes, depth
+    return size
 
 
 _STRFTIME_WIDTH = re.compile(r"%[-_0^#]*(\d+)")

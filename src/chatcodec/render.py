@@ -122,16 +122,17 @@ class ChatTemplate:
         fast = self._default.fast if self._only_default else None
         if (
             polyfill is False
-            and not continue_final_message
             and chat_template is None
             and type(fast) is _FAST_TEMPLATE
             and type(messages) is list
             and messages
             and (now is None or type(now) is datetime)
+            and not (continue_final_message and add_generation_prompt)
             and not self.limits.isolate
         ):
-            # The common render, the short way: _render's work without the options it does not use, and
-            # the compiled template called directly (compiler.render's work, which it falls back to).
+            # The common render, the short way: what _render does (in the same order) without the options
+            # it does not use, and the compiled template called directly (as compiler.render would).
+            reads = fast.names  # type: ignore[union-attr]
             try:
                 chat = _normalize_messages(messages)
                 if template_kwargs:
@@ -139,31 +140,37 @@ class ChatTemplate:
                         if value.__class__ not in _SCALARS:
                             template_kwargs = plain(template_kwargs)
                             break
-                    variables = {**self.special_tokens, **template_kwargs}
-                    variables["tools"] = None if tools is None else _tool_schemas(tools, "tools" in fast.names)  # type: ignore[union-attr]
-                    variables["documents"] = None if documents is None else _documents(documents)
-                    variables["messages"] = chat
-                    variables["add_generation_prompt"] = add_generation_prompt
-                else:
-                    variables = dict(
-                        self.special_tokens,
-                        tools=None if tools is None else _tool_schemas(tools, "tools" in fast.names),  # type: ignore[union-attr]
-                        documents=None if documents is None else _documents(documents),
-                        messages=chat,
-                        add_generation_prompt=add_generation_prompt,
-                    )
+                schemas = None if tools is None else _tool_schemas(tools, "tools" in reads)
+                documented = None if documents is None else _documents(documents)
             except RecursionError:
                 raise InputError(_TOO_DEEP) from None
+            continued = None
+            if continue_final_message:
+                chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
+                continued = _tag_final_message(chat, continue_final_message, self._sources["default"])
+            if template_kwargs:
+                variables = {**self.special_tokens, **template_kwargs}
+                variables.update(tools=schemas, documents=documented, messages=chat)
+                variables["add_generation_prompt"] = add_generation_prompt
+            else:
+                variables = dict(
+                    self.special_tokens,
+                    tools=schemas,
+                    documents=documented,
+                    messages=chat,
+                    add_generation_prompt=add_generation_prompt,
+                )
             budget = Budget(self.limits, now)
             try:
-                return fast.root(variables, budget)  # type: ignore[no-any-return, union-attr]
+                text: str = fast.root(variables, budget)  # type: ignore[union-attr]
             except Exception as exc:
                 try:
-                    return _COMPILER.recover(exc, self._default, variables, self.name, budget)  # type: ignore[no-any-return]
+                    text = _COMPILER.recover(exc, self._default, variables, self.name, budget)
                 except TemplateRuntimeError as error:
                     if not isinstance(error, TemplateRaisedError):
                         _point_at_input(error, chat, messages)
                     raise
+            return text if continued is None else _cut_at_tag(text, continued)
         text, _, _ = self._render(
             messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
             template_kwargs, track_generation=False, polyfill=polyfill,

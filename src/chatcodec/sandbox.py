@@ -20,12 +20,14 @@ construction; what differs is how it gets there:
 from __future__ import annotations
 
 import json
+import math
 import re
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from functools import lru_cache, update_wrapper
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _ASCII_STRING  # type: ignore[attr-defined]
 from typing import Any
 
 import jinja2
@@ -96,11 +98,117 @@ def tojson(
     if _DEFAULT_JSON is not None and not ensure_ascii and indent is None and separators is None and not sort_keys:
         text = "".join(_DEFAULT_JSON(x, 0))
     else:
-        limits.check_json_layout(x, indent, separators)
-        text = json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+        text = None
+        if indent is not None and separators is None and type(indent) in (int, str):
+            # counted as it is written (see _indented_json), against the output limit
+            layout = indent if type(indent) is str else " " * indent
+            if len(layout) <= limits.FAST_SIZE:
+                text = _indented_json(x, layout, ensure_ascii, sort_keys, limits.active().limits.max_output)
+        if text is None:
+            limits.check_json_layout(x, indent, separators)
+            text = json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
     if len(text) > limits.FAST_SIZE:
         limits.check_size(len(text), "the result of |tojson")
     return text
+
+
+def _indented_json(value: Any, indent: str, ensure_ascii: bool, sort_keys: bool, limit: int) -> str | None:
+    """``json.dumps(value, indent=..., ensure_ascii=..., sort_keys=...)`` of plain JSON, in one list of parts.
+
+    The standard library writes indented JSON with its Python encoder, a generator per container; this
+    writes the same characters directly, counting them as it goes (the layout per container, the text
+    per string) and raising LimitError once past ``limit``. None when ``value`` holds anything but exact
+    JSON types with string keys, or nests too deeply: json.dumps then does it, errors included.
+    """
+    string = _ASCII_STRING if ensure_ascii else encode_basestring
+    parts: list[str] = []
+    add = parts.append
+    room = [limit]
+
+    def write(item: Any, newline: str) -> None:
+        kind = item.__class__
+        if kind is dict or kind is list:
+            if not item:
+                add("[]" if kind is list else "{}")
+                return
+            inner = newline + indent
+            left = room[0] - len(item) * (len(inner) + 8)  # the layout, and at least a few characters an item
+            if left < 0:
+                raise _TooLarge
+            if kind is dict:
+                separator = "{" + inner
+                for key in sorted(item) if sort_keys else item:
+                    if key.__class__ is not str:
+                        raise _NotPlain
+                    entry = item[key]
+                    add(separator + string(key) + ": ")
+                    left -= len(key)
+                    if entry.__class__ is str:
+                        left -= len(entry)
+                        add(string(entry))
+                    else:
+                        room[0] = left
+                        write(entry, inner)
+                        left = room[0]
+                    separator = "," + inner
+                add(newline + "}")
+            else:
+                separator = "[" + inner
+                for entry in item:
+                    add(separator)
+                    if entry.__class__ is str:
+                        left -= len(entry)
+                        add(string(entry))
+                    else:
+                        room[0] = left
+                        write(entry, inner)
+                        left = room[0]
+                    separator = "," + inner
+                add(newline + "]")
+            if left < 0:
+                raise _TooLarge
+            room[0] = left
+        elif kind is str:
+            room[0] -= len(item)
+            add(string(item))
+        elif item is None:
+            add("null")
+        elif item is True:
+            add("true")
+        elif item is False:
+            add("false")
+        elif kind is int:
+            add(int.__repr__(item))
+        elif kind is float:
+            add(_json_float(item))
+        else:
+            raise _NotPlain
+
+    try:
+        write(value, "\n")
+    except (_NotPlain, RecursionError, TypeError):
+        return None
+    except _TooLarge:
+        limits.check_size(limit + 1, "the result of |tojson")
+    return "".join(parts)
+
+
+class _TooLarge(Exception):
+    """The JSON :func:`_indented_json` writes passes its limit."""
+
+
+class _NotPlain(Exception):
+    """A value :func:`_indented_json` leaves to json.dumps."""
+
+
+def _json_float(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value == math.inf:
+        return "Infinity"
+    if value == -math.inf:
+        return "-Infinity"
+    return float.__repr__(value)
 
 
 class TemplateDict:
