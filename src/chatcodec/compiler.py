@@ -249,8 +249,13 @@ _RUNTIME: dict[str, Any] = {
 class _FastGenerator(sandbox._CodeGenerator):
     """jinja2's code generator (through the sandbox's), writing specialized Python for plain values."""
 
-    def __init__(self, name: str | None) -> None:
+    def __init__(self, name: str | None, uses: dict[tuple[Any, ...], int] | None = None) -> None:
         super().__init__(environment, name, None, optimized=True)
+        #: how often each kept lookup is written, from a first pass over the template (None: this is it);
+        #: a lookup written once is not worth keeping
+        self._known_uses = uses
+        self._uses: dict[tuple[Any, ...], int] = {}
+        self._scopes = 0
         self._fast_loops: dict[str, tuple[str, str, str]] = {}
         self._globals: dict[str, str] = {}
         #: names read from the render's variables, each once per render, and what stands for a missing one
@@ -266,6 +271,8 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._caches: dict[str, dict[tuple[Any, ...], str]] = {}
         #: the lines that start each cache's life (``_c1 = _c2 = missing``), filled in by finish()
         self._cache_lines: dict[str, list[str]] = {}
+        #: for a loop's item, the keys read from it, fetched at once when each iteration starts
+        self._prefetch: dict[str, list[tuple[str, str, str]]] = {}
 
     def _temp(self) -> str:
         self._last_identifier += 1
@@ -273,12 +280,13 @@ class _FastGenerator(sandbox._CodeGenerator):
 
     # --- lookups kept for reuse ------------------------------------------------------------------------
 
-    def _open_caches(self, refs: Iterable[str]) -> None:
+    def _open_caches(self, refs: Iterable[str], prefetch: bool = False) -> None:
         """From here, lookups from ``refs`` are kept in locals, which start empty on the line written now.
 
         Only dict hits are kept: a dict a template sees never changes (the sandbox allows no mutation),
         so while ``ref`` holds the same value, ``ref.key`` does too.
         """
+        self._scopes += 1
         refs = [ref for ref in refs if ref not in self._caches]
         if not refs:
             return
@@ -286,15 +294,20 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._last_identifier += 1
         self.writeline(marker)
         self._cache_lines[marker] = []
+        if prefetch:
+            self._prefetch[marker] = []
         for ref in refs:
-            self._caches[ref] = {"#": marker}  # type: ignore[dict-item]
+            self._caches[ref] = {"#": marker, "##": self._scopes}  # type: ignore[dict-item]
 
     def _close_caches(self, refs: Iterable[str]) -> None:
         for ref in refs:
             cache = self._caches.pop(ref, None)
             if cache is not None:
                 marker = cache.pop("#")  # type: ignore[call-overload]
+                cache.pop("##")  # type: ignore[call-overload]
                 self._cache_lines[marker] += cache.values()
+                if marker in self._prefetch:
+                    self._prefetch[marker] += [(ref, path[0][1], ident) for path, ident in cache.items() if len(path) == 1 and path[0][0] == "k"]
 
     @contextmanager
     def _new_scope(self) -> Iterator[None]:
@@ -335,6 +348,10 @@ class _FastGenerator(sandbox._CodeGenerator):
         if path is None:
             return False
         cache = self._caches[path[0]]
+        use = (cache["##"], *path)  # type: ignore[call-overload]
+        self._uses[use] = self._uses.get(use, 0) + 1
+        if self._known_uses is not None and self._known_uses.get(use, 0) < 2:
+            return False
         ident = cache.get(path[1:])
         if ident is None:
             ident = cache[path[1:]] = f"_c{self._last_identifier}"
@@ -442,7 +459,18 @@ class _FastGenerator(sandbox._CodeGenerator):
         ]
         code = code.replace(_RESOLVES, "; ".join(lines) or "pass", 1)
         for marker, idents in self._cache_lines.items():
-            code = code.replace(marker, f"{' = '.join(idents)} = missing" if idents else "pass", 1)
+            start = f"{' = '.join(idents)} = missing" if idents else "pass"
+            fetched = self._prefetch.get(marker)
+            if fetched:
+                # a loop's item is a dict (messages always are): the keys the body reads, read at once
+                ref = fetched[0][0]
+                gets = "; ".join(f"{ident} = {ref}.get({key!r}, missing)" for _, key, ident in fetched)
+                indent = code[: code.index(marker)].rsplit("\n", 1)[-1]
+                start = f"if type({ref}) is dict: {gets}\n{indent}else: {start}"
+                lazy = [ident for ident in idents if ident not in {i for _, _, i in fetched}]
+                if lazy:
+                    start += f"\n{indent}{' = '.join(lazy)} = missing"
+            code = code.replace(marker, start, 1)
         return code + "\n" + "\n".join(constants) + "\n"
 
     def visit_Name(self, node: nodes.Name, frame: Frame) -> None:
@@ -737,7 +765,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         item = [loop_frame.symbols.ref(node.target.name)] if isinstance(node.target, nodes.Name) else []
         if item and any(n.name == node.target.name for n in _stores(node.body)):
             item = []
-        self._open_caches(item)
+        self._open_caches(item, prefetch=True)
         self.blockvisit(node.body, loop_frame)
         self._close_caches(item)
         if indicator is not None:
@@ -1305,7 +1333,9 @@ def fast_template(source: str) -> FastTemplate | None:
     """``source`` compiled for plain values, or None when it uses what only the generic path handles."""
     try:
         tree = environment._parse(source, None, None)
-        generator = _FastGenerator(None)
+        counting = _FastGenerator(None)  # a first pass counts how often each lookup is read
+        counting.visit(tree)
+        generator = _FastGenerator(None, counting._uses)
         generator.visit(tree)
         code = generator.finish(generator.stream.getvalue())  # type: ignore[attr-defined]
         namespace = dict(_RUNTIME)

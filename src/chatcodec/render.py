@@ -472,8 +472,21 @@ def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
     A list of messages that need none of it (plain JSON, no ``None`` value, no reasoning field: most
     conversations) is returned as it is: the sandbox never lets a template change it.
     """
-    if type(messages) is not list:
-        return _normalized_copy(messages)
+    if type(messages) is list:
+        for message in messages:
+            if message.__class__ is dict and len(message) == 2:
+                try:
+                    if message["content"].__class__ is str and message["role"].__class__ is str:
+                        continue  # the common message, {"role": str, "content": str}
+                except KeyError:
+                    pass
+            return _normalized_mixed(messages)
+        return messages
+    return _normalized_copy(messages)
+
+
+def _normalized_mixed(messages: list[Any]) -> list[dict[str, Any]]:
+    """:func:`_normalize_messages` of a list: the messages that need no work kept, the others copied."""
     chat: list[dict[str, Any]] | None = None  # a new list, from the first message that needs work
     nested: list[Any] = []  # the lists and dicts in messages taken as they are: checked at the end
     add = nested.append
