@@ -40,7 +40,7 @@ from jinja2.compiler import Frame, MacroRef, find_undeclared, optimizeconst
 from jinja2.exceptions import TemplateRuntimeError
 from jinja2.idtracking import VAR_LOAD_ALIAS, VAR_LOAD_PARAMETER, VAR_LOAD_RESOLVE, VAR_LOAD_UNDEFINED
 from jinja2.nodes import EvalContext
-from jinja2.runtime import Context, Undefined, identity
+from jinja2.runtime import Context, Macro, Undefined, identity
 from jinja2.utils import Namespace, _PassArg, concat, internalcode, missing
 from markupsafe import Markup, escape
 
@@ -137,7 +137,8 @@ class _NoContext:
 
 def _call(variables: Mapping[str, Any], function: Any, /, *args: Any, **kwargs: Any) -> Any:
     """A template's call of a name (a macro, ``namespace(...)``): directly when it is one of ours."""
-    if type(function) is sandbox._BudgetedMacro or id(function) in environment._trusted:
+    kind = type(function)
+    if kind is _CompiledMacro or kind is sandbox._BudgetedMacro or id(function) in environment._trusted:
         return function(*args, **kwargs)
     if type(function) is MethodType and type(function.__self__) is sandbox.GenerationExtension:
         return function(*args, **kwargs)  # {% generation %} (spans are only tracked on the generic path)
@@ -149,13 +150,8 @@ def _call_method(variables: Mapping[str, Any], value: Any, name: str, args: tupl
     return environment.call_method(_Context(variables), value, name, args, None)
 
 
-def _macro(function: Any, weight: int, *args: Any) -> Any:
-    """A macro called by its name with positional arguments: its function, with what ``Macro`` would pay."""
-    budget = limits.enter_recursion(weight)
-    try:
-        return function(*args)
-    finally:
-        budget.depth -= 1
+class _CompiledMacro(Macro):
+    """A macro of compiled code as a value (``caller``, a macro passed on): its function pays for each call."""
 
 
 def _select_attribute(items: Any, attribute: str, test: str, keep: bool, *args: Any) -> Any:
@@ -203,7 +199,8 @@ _RUNTIME: dict[str, Any] = {
     "concat": concat,
     "internalcode": internalcode,
     "TemplateRuntimeError": TemplateRuntimeError,
-    "Macro": sandbox._BudgetedMacro,
+    "Macro": _CompiledMacro,
+    "_cc_too_deep": limits.too_deep,
     "LoopContext": sandbox._BudgetedLoop,
     "Mapping": Mapping,
     "_Context": _Context,
@@ -241,7 +238,6 @@ _RUNTIME: dict[str, Any] = {
     "_ITERABLE": frozenset({list, dict, str, tuple}),
     "_SEQUENCE": frozenset({list, dict, str, tuple}),
     "_NUMBER": frozenset({int, float}),
-    "_cc_macro": _macro,
     "_cc_cat": _chain,
 }
 
@@ -262,7 +258,9 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._resolved: dict[str, str] = {}
         #: macros defined once at the top of the template and never rebound: called without ``Macro``
         self._direct_candidates: set[str] = set()
-        self._direct: dict[str, tuple[str, int, int]] = {}
+        self._direct: dict[str, tuple[str, int]] = {}
+        #: of those, the ones only ever called that way: they need no Macro object
+        self._only_direct: set[str] = set()
         #: identifiers that never hold jinja2's `missing` marker: reading them needs no check
         self._defined: set[str] = set()
         #: lookups kept for reuse: for each identifier whose value cannot change where it is read (a loop's
@@ -385,7 +383,14 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.pull_dependencies(node.body)  # filters and tests, looked up once, at module level
         bound = [n.name for n in node.find_all(nodes.Name) if n.ctx in ("store", "param")]
         bound += [n.name for n in node.find_all(nodes.Macro)]
-        self._direct_candidates = {m.name for m in node.body if isinstance(m, nodes.Macro) and bound.count(m.name) == 1}
+        self._direct_candidates = {
+            m.name
+            for m in node.body
+            if isinstance(m, nodes.Macro)
+            and bound.count(m.name) == 1
+            and not find_undeclared(m.body, ("caller", "kwargs", "varargs"))
+        }
+        self._only_direct = _only_called(node, self._direct_candidates)
         frame = Frame(eval_ctx)
         frame.symbols.analyze_node(node)
         frame.buffer = "_o"
@@ -595,14 +600,17 @@ class _FastGenerator(sandbox._CodeGenerator):
         return False
 
     def visit_Macro(self, node: nodes.Macro, frame: Frame) -> None:
-        super().visit_Macro(node, frame)
-        if node.name in self._direct_candidates and frame.symbols.find_ref(node.name) is not None:
-            macro_ref = MacroRef(node)
-            accesses = find_undeclared(node.body, ("caller", "kwargs", "varargs"))
-            if not accesses and not any(arg.name in ("caller", "kwargs", "varargs") for arg in node.args):
-                function = f"{frame.symbols.ref(node.name)}_fn"
-                self.writeline(f"{function} = macro")
-                self._direct[node.name] = (function, len(macro_ref.node.args), sandbox._weight(node.body))
+        ref = frame.symbols.ref(node.name)
+        direct = node.name in self._direct_candidates
+        if direct:  # its calls by name call its function (registered first: it may call itself)
+            self._direct[node.name] = (f"{ref}_fn", len(node.args))
+        macro_frame, macro_ref = self.macro_body(node, frame)
+        if direct:
+            self.writeline(f"{ref}_fn = macro")
+            if node.name in self._only_direct:
+                return
+        self.writeline(f"{ref} = ")
+        self.macro_def(macro_ref, macro_frame)
 
     def macro_body(self, node: nodes.Macro | nodes.CallBlock, frame: Frame) -> tuple[Frame, MacroRef]:
         """jinja2's, in a scope of its own, with lookups from the parameters the body never assigns kept."""
@@ -627,6 +635,19 @@ class _FastGenerator(sandbox._CodeGenerator):
         frame.require_output_check = False
         frame.symbols.analyze_node(node)
         self.writeline(f"{self.func('macro')}({', '.join(args)}):", node)
+        self.indent()
+        # what a call costs: one level deeper, and the body's weight in steps (its Macro object pays nothing)
+        self.writeline("_b.depth += 1")
+        self.writeline("if _b.depth > _b.limits.max_depth:")
+        self.indent()
+        self.writeline("_cc_too_deep(_b)")
+        self.outdent()
+        self.writeline(f"_b.steps -= {sandbox._weight(node.body)}")
+        self.writeline("if _b.steps <= 0:")
+        self.indent()
+        self.writeline("_b.tick()")
+        self.outdent()
+        self.writeline("try:")
         self.indent()
         with self._new_scope():
             self.buffer(frame)
@@ -656,6 +677,10 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.return_buffer_contents(frame, force_unescaped=True)
             self.leave_frame(frame, with_python_scope=True)
         self.outdent()
+        self.writeline("finally:")
+        self.indent()
+        self.writeline("_b.depth -= 1")
+        self.outdent(2)
         return frame, macro_ref
 
     def macro_def(self, macro_ref: Any, frame: Frame) -> None:
@@ -666,7 +691,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.write(
             f"Macro(environment, macro, {name!r}, ({arg_tuple}),"
             f" {macro_ref.accesses_kwargs!r}, {macro_ref.accesses_varargs!r},"
-            f" {macro_ref.accesses_caller!r}, False, {sandbox._weight(macro_ref.node.body)})"
+            f" {macro_ref.accesses_caller!r}, False)"
         )
 
     # --- loops --------------------------------------------------------------------------------------------
@@ -933,12 +958,12 @@ class _FastGenerator(sandbox._CodeGenerator):
             return
         direct = self._direct.get(method.name) if isinstance(method, nodes.Name) else None
         if direct is not None and plain and len(node.args) <= direct[1]:
-            function, count, weight = direct
-            self.write(f"_cc_macro({function}, {weight}")
+            function, count = direct
+            self.write(f"{function}(")
             for arg in node.args:
-                self.write(", ")
                 self.visit(arg, frame)
-            self.write(", missing" * (count - len(node.args)) + ")")
+                self.write(", ")
+            self.write("missing, " * (count - len(node.args)) + ")")
             return
         # jinja2's sandboxed call, without its `_loop_vars` bookkeeping
         self.write("_cc_call(_v, ")
@@ -1242,6 +1267,29 @@ def _fstring(pieces: list[tuple[str, Any]]) -> str:
         else:
             body.append("{" + code + "!s}")
     return "f'" + "".join(body) + "'"
+
+
+def _only_called(tree: nodes.Template, names: set[str]) -> set[str]:
+    """Of the macros ``names``, those the template only calls by name with positional arguments (never
+    as a value, with keywords, or with a ``{% call %}`` block)."""
+    blocks = {id(block.call) for block in tree.find_all(nodes.CallBlock)}
+    macros = {m.name: len(m.args) for m in tree.body if isinstance(m, nodes.Macro) and m.name in names}
+    loads: dict[str, int] = dict.fromkeys(names, 0)
+    calls: dict[str, int] = dict.fromkeys(names, 0)
+    for name in tree.find_all(nodes.Name):
+        if name.ctx == "load" and name.name in loads:
+            loads[name.name] += 1
+    for call in tree.find_all(nodes.Call):
+        target = call.node
+        if (
+            isinstance(target, nodes.Name)
+            and target.name in calls
+            and id(call) not in blocks
+            and not (call.kwargs or call.dyn_args or call.dyn_kwargs)
+            and len(call.args) <= macros.get(target.name, -1)
+        ):
+            calls[target.name] += 1
+    return {name for name in names if loads[name] == calls[name]}
 
 
 def _add_operands(node: nodes.Node) -> list[nodes.Expr]:

@@ -387,15 +387,20 @@ def counted_input(value: Any, what: str) -> Any:
     return value
 
 
+def too_deep(budget: Budget) -> None:
+    """Raise the error of a render whose macros or recursive loops nest deeper than its limit."""
+    raise LimitError(
+        f"Macros or recursive loops nested more than {budget.limits.max_depth} calls deep, the recursion"
+        " limit. The template probably recurses without end; raise Limits(max_depth=...) if not."
+    )
+
+
 def enter_recursion(weight: int = 1) -> Budget:
     """A macro call or a recursive ``loop(...)``: one level deeper, and ``weight`` steps."""
     budget = _ACTIVE.get()
     budget.depth += 1
     if budget.depth > budget.limits.max_depth:
-        raise LimitError(
-            f"Macros or recursive loops nested more than {budget.limits.max_depth} calls deep, the recursion"
-            " limit. The template probably recurses without end; raise Limits(max_depth=...) if not."
-        )
+        too_deep(budget)
     budget.steps -= weight
     if budget.steps <= 0:
         budget.tick()
