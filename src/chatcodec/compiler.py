@@ -38,6 +38,7 @@ from typing import Any
 from jinja2 import nodes
 from jinja2.compiler import Frame, MacroRef, find_undeclared, optimizeconst
 from jinja2.exceptions import TemplateRuntimeError
+from jinja2.filters import do_default
 from jinja2.idtracking import VAR_LOAD_ALIAS, VAR_LOAD_PARAMETER, VAR_LOAD_RESOLVE, VAR_LOAD_UNDEFINED
 from jinja2.nodes import EvalContext
 from jinja2.runtime import Context, Macro, Undefined, identity
@@ -191,6 +192,9 @@ _RUNTIME: dict[str, Any] = {
     "undefined": environment.undefined,
     "cond_expr_undefined": Undefined,
     "Undefined": Undefined,
+    "_UNDEFINED": Undefined(),
+    "_cc_json": sandbox._DEFAULT_JSON,
+    "_cc_checked_json": sandbox.checked_json,
     "Namespace": Namespace,
     "_Namespace": sandbox.TemplateNamespace,
     "Markup": Markup,
@@ -1018,8 +1022,24 @@ class _FastGenerator(sandbox._CodeGenerator):
             return
         if name in ("selectattr", "rejectattr") and self._select_attribute(node, frame):
             return
+        if name == "default" and len(node.args) == 1 and self.environment.filters.get(name) is do_default:
+            fallback = _constant(node.args[0], frame)
+            if fallback is not missing and not isinstance(fallback, (list, dict)):
+                # `x|default('')` with a constant: x unless it is undefined (jinja2's do_default)
+                value = self._temp()
+                self.write(f"({fallback!r} if isinstance({value} := ")
+                self.visit(node.node, frame)
+                self.write(f", Undefined) else {value})")
+                return
         if node.args:
             super().visit_Filter(node, frame)
+            return
+        if name == "tojson" and self.environment.filters.get(name) is sandbox.tojson and sandbox._DEFAULT_JSON:
+            # `x|tojson`: the prebuilt C encoder, as sandbox.tojson does with no options
+            text = self._temp()
+            self.write(f"({text} if len({text} := ''.join(_cc_json(")
+            self.visit(node.node, frame)
+            self.write(f", 0))) <= {_SHORT} else _cc_checked_json({text}))")
             return
         if name in ("length", "count") and self.environment.filters.get(name) is len:
             self.write("len(")
@@ -1084,6 +1104,8 @@ class _FastGenerator(sandbox._CodeGenerator):
         if node.args or node.kwargs or node.dyn_args or node.dyn_kwargs:
             super().visit_Test(node, frame)
             return
+        if node.name in ("defined", "undefined") and self._defined_key(node, frame):
+            return
         inline = _INLINE_TESTS.get(node.name)
         if inline is not None:
             before, after = inline.split("{}")
@@ -1101,6 +1123,30 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.write(tail.format(test=function, value=value))
             return
         super().visit_Test(node, frame)
+
+    def _defined_key(self, node: nodes.Test, frame: Frame) -> bool:
+        """``message.reasoning_content is defined``: whether a dict has the key (and not an undefined under
+        it), with no undefined made for a missing one; anything else as the lookup and the test would."""
+        target = node.node
+        if isinstance(target, nodes.Getattr):
+            key: Any = target.attr
+            miss = "_cc_getattr"
+        elif isinstance(target, nodes.Getitem):
+            key = _constant(target.arg, frame)
+            miss = "_cc_getitem"
+        else:
+            return False
+        base = target.node
+        if not (type(key) is str and key not in _DICT_ATTRIBUTES and not key.startswith("_")):
+            return False
+        if isinstance(base, nodes.Name) and base.name == "loop":
+            return False
+        value = self._temp()
+        self.write(f"({'not ' if node.name == 'defined' else ''}isinstance({value}.get({key!r}, _UNDEFINED)")
+        self.write(f" if type({value} := ")
+        self.visit(base, frame)
+        self.write(f") is dict else {miss}({value}, {key!r}), Undefined))")
+        return True
 
     @optimizeconst
     def visit_Add(self, node: nodes.BinExpr, frame: Frame) -> None:

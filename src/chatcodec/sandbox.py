@@ -112,6 +112,12 @@ def tojson(
     return text
 
 
+def checked_json(text: str) -> str:
+    """``text``, the JSON :func:`tojson` made, checked and paid for as tojson does with a long one."""
+    limits.check_size(len(text), "the result of |tojson")
+    return text
+
+
 def _indented_json(value: Any, indent: str, ensure_ascii: bool, sort_keys: bool, limit: int) -> str | None:
     """``json.dumps(value, indent=..., ensure_ascii=..., sort_keys=...)`` of plain JSON, in one list of parts.
 
