@@ -148,18 +148,13 @@ class ChatTemplate:
             if continue_final_message:
                 chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
                 continued = _tag_final_message(chat, continue_final_message, self._sources["default"])
+            variables = self.special_tokens.copy()
             if template_kwargs:
-                variables = {**self.special_tokens, **template_kwargs}
-                variables.update(tools=schemas, documents=documented, messages=chat)
-                variables["add_generation_prompt"] = add_generation_prompt
-            else:
-                variables = dict(
-                    self.special_tokens,
-                    tools=schemas,
-                    documents=documented,
-                    messages=chat,
-                    add_generation_prompt=add_generation_prompt,
-                )
+                variables.update(template_kwargs)
+            variables["tools"] = schemas
+            variables["documents"] = documented
+            variables["messages"] = chat
+            variables["add_generation_prompt"] = add_generation_prompt
             budget = Budget(self.limits, now)
             try:
                 text: str = fast.root(variables, budget)  # type: ignore[union-attr]
