@@ -935,13 +935,17 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.visit(node.node, frame)
             self.write(f") is list and {value} else _cc_getitem({value}, {key}))")
         elif key is missing and not isinstance(node.arg, nodes.Slice):
-            # `json_dict[key]`: both evaluated in order, then a dict lookup or the sandbox's getitem
-            index = self._temp()
-            self.write(f"({value}[{index}] if type((({value} := ")
+            # `json_dict[key]`, `messages[loop.index0 - 1]`: both evaluated in order, then a dict lookup, a
+            # list's item at an int index within it, or the sandbox's getitem
+            index, kind = self._temp(), self._temp()
+            self.write(f"({value}[{index}] if (({kind} := type((({value} := ")
             self.visit(node.node, frame)
             self.write(f"), ({index} := ")
             self.visit(node.arg, frame)
-            self.write(f"))[0]) is dict and {index} in {value} else _cc_getitem({value}, {index}))")
+            self.write(
+                f"))[0])) is dict and {index} in {value}) or ({kind} is list and type({index}) is int"
+                f" and -len({value}) <= {index} < len({value})) else _cc_getitem({value}, {index}))"
+            )
         else:
             super().visit_Getitem(node, frame)
 
@@ -1026,6 +1030,8 @@ class _FastGenerator(sandbox._CodeGenerator):
             fallback = _constant(node.args[0], frame)
             if fallback is not missing and not isinstance(fallback, (list, dict)):
                 # `x|default('')` with a constant: x unless it is undefined (jinja2's do_default)
+                if self._default_key(node.node, fallback, frame):  # type: ignore[arg-type]
+                    return
                 value = self._temp()
                 self.write(f"({fallback!r} if isinstance({value} := ")
                 self.visit(node.node, frame)
@@ -1124,10 +1130,8 @@ class _FastGenerator(sandbox._CodeGenerator):
             return
         super().visit_Test(node, frame)
 
-    def _defined_key(self, node: nodes.Test, frame: Frame) -> bool:
-        """``message.reasoning_content is defined``: whether a dict has the key (and not an undefined under
-        it), with no undefined made for a missing one; anything else as the lookup and the test would."""
-        target = node.node
+    def _dict_key(self, target: nodes.Expr, frame: Frame) -> tuple[nodes.Expr, str, str] | None:
+        """For ``x.key`` or ``x['key']`` (a plain key), ``(x, key, the sandbox lookup a non-dict x takes)``."""
         if isinstance(target, nodes.Getattr):
             key: Any = target.attr
             miss = "_cc_getattr"
@@ -1135,12 +1139,35 @@ class _FastGenerator(sandbox._CodeGenerator):
             key = _constant(target.arg, frame)
             miss = "_cc_getitem"
         else:
-            return False
+            return None
         base = target.node
         if not (type(key) is str and key not in _DICT_ATTRIBUTES and not key.startswith("_")):
-            return False
+            return None
         if isinstance(base, nodes.Name) and base.name == "loop":
+            return None
+        return base, key, miss
+
+    def _default_key(self, target: nodes.Expr, fallback: Any, frame: Frame) -> bool:
+        """``message.reasoning_content|default('')``: the dict's value, or the constant when it is missing
+        (or undefined), with no undefined made for a missing key."""
+        found = self._dict_key(target, frame)
+        if found is None:
             return False
+        base, key, miss = found
+        value, item = self._temp(), self._temp()
+        self.write(f"(({fallback!r} if isinstance({item} := {value}.get({key!r}, _UNDEFINED), Undefined) else {item})")
+        self.write(f" if type({value} := ")
+        self.visit(base, frame)
+        self.write(f") is dict else ({fallback!r} if isinstance({item} := {miss}({value}, {key!r}), Undefined) else {item}))")
+        return True
+
+    def _defined_key(self, node: nodes.Test, frame: Frame) -> bool:
+        """``message.reasoning_content is defined``: whether a dict has the key (and not an undefined under
+        it), with no undefined made for a missing one; anything else as the lookup and the test would."""
+        found = self._dict_key(node.node, frame)
+        if found is None:
+            return False
+        base, key, miss = found
         value = self._temp()
         self.write(f"({'not ' if node.name == 'defined' else ''}isinstance({value}.get({key!r}, _UNDEFINED)")
         self.write(f" if type({value} := ")
