@@ -171,6 +171,21 @@ def _select_attribute(items: Any, attribute: str, test: str, keep: bool, *args: 
             yield item
 
 
+def _namespace(attrs: dict[str, Any]) -> sandbox.TemplateNamespace:
+    """``namespace(**attrs)`` for names that start with no underscore (the code generator checks them)."""
+    for value in attrs.values():
+        if value.__class__ not in _SCALARS:
+            limits.built(attrs)  # it may share containers: they count as often as they occur
+            break
+    made = _new_namespace(sandbox.TemplateNamespace)
+    made.__dict__.update(attrs)
+    return made
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_new_namespace = object.__new__
+
+
 def _sequence(iterable: Any) -> Any:
     """What a fast loop indexes: lists, tuples and strings as they are, anything else as a list."""
     kind = type(iterable)
@@ -210,6 +225,7 @@ _RUNTIME: dict[str, Any] = {
     "_Context": _Context,
     "context": _NoContext(),
     "_cc_call": _call,
+    "_cc_namespace": _namespace,
     "_cc_activate": limits._ACTIVE.set,
     "_cc_deactivate": limits._ACTIVE.reset,
     "_cc_method": _call_method,
@@ -344,8 +360,11 @@ class _FastGenerator(sandbox._CodeGenerator):
         base = self._cache_path(node.node, frame)
         return None if base is None else (*base, step)
 
-    def _cached(self, node: nodes.Getattr | nodes.Getitem, key: Any, frame: Frame) -> bool:
-        """Write ``node`` (``x.key``, ``x['key']`` of a dict, ``x[0]`` of a list) read through its cache, if it has one."""
+    def _cached(self, node: nodes.Getattr | nodes.Getitem, key: Any, frame: Frame, truth: bool = False) -> bool:
+        """Write ``node`` (``x.key``, ``x['key']`` of a dict, ``x[0]`` of a list) read through its cache, if it has one.
+
+        ``truth``: only the value's truth is read (an ``if``), so a missing key may read as None.
+        """
         path = self._cache_path(node, frame)
         if path is None:
             return False
@@ -365,8 +384,9 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.write(f") is list and {value} else _cc_getitem({value}, {key}))")
             return True
         miss = f"_cc_getattr({value}, {key!r})" if isinstance(node, nodes.Getattr) else f"_cc_getitem({value}, {key!r})"
+        absent = "None" if truth else f"undefined(obj={value}, name={key!r})"
         self.write(f"({ident} if {ident} is not missing else (({ident} := {value}[{key!r}]) if {key!r} in {value}")
-        self.write(f" else undefined(obj={value}, name={key!r})) if type({value} := ")
+        self.write(f" else {absent}) if type({value} := ")
         self.visit(node.node, frame)
         self.write(f") is dict else {miss})")
         return True
@@ -732,7 +752,7 @@ class _FastGenerator(sandbox._CodeGenerator):
                 self.write(" in fiter:")
                 self.indent()
                 self.writeline("if ", node.test)
-                self.visit(node.test, test_frame)
+                self._visit_truth(node.test, test_frame)
                 self.write(":")
                 self.indent()
                 self.writeline("yield ")
@@ -964,6 +984,25 @@ class _FastGenerator(sandbox._CodeGenerator):
                 self.write(", ")
             self.write("))")
             return
+        if (
+            isinstance(method, nodes.Name)
+            and method.name == "namespace"
+            and not (forward_caller or node.args or node.dyn_args or node.dyn_kwargs)
+            and not any(keyword.key.startswith("_") for keyword in node.kwargs)
+        ):
+            # `namespace(found=false)`: made directly when the name is the global namespace
+            function = self._temp()
+            self.write("(_cc_namespace({")
+            for keyword in node.kwargs:
+                self.write(f"{keyword.key!r}: ")
+                self.visit(keyword.value, frame)
+                self.write(", ")
+            self.write(f"}}) if ({function} := ")
+            self.visit(method, frame)
+            self.write(f") is {self._global('namespace')} else _cc_call(_v, {function}")
+            self.signature(node, frame)
+            self.write("))")
+            return
         direct = self._direct.get(method.name) if isinstance(method, nodes.Name) else None
         if direct is not None and plain and len(node.args) <= direct[1]:
             function, count = direct
@@ -1146,6 +1185,63 @@ class _FastGenerator(sandbox._CodeGenerator):
         if isinstance(base, nodes.Name) and base.name == "loop":
             return None
         return base, key, miss
+
+    # --- tests: what is only read for its truth -----------------------------------------------------------
+
+    def visit_If(self, node: nodes.If, frame: Frame) -> None:
+        if_frame = frame.soft()
+        self.writeline("if ", node)
+        self._visit_truth(node.test, if_frame)
+        self.write(":")
+        self.indent()
+        self.blockvisit(node.body, if_frame)
+        self.outdent()
+        for elif_ in node.elif_:
+            self.writeline("elif ", elif_)
+            self._visit_truth(elif_.test, if_frame)
+            self.write(":")
+            self.indent()
+            self.blockvisit(elif_.body, if_frame)
+            self.outdent()
+        if node.else_:
+            self.writeline("else:")
+            self.indent()
+            self.blockvisit(node.else_, if_frame)
+            self.outdent()
+
+    def _visit_truth(self, node: nodes.Expr, frame: Frame) -> None:
+        """``node`` where only its truth is read: a dict's missing key may give None instead of an undefined
+        (both are false), which saves making one (``{% if message.tool_calls %}``)."""
+        if _constant(node, frame) is not missing:
+            self.visit(node, frame)
+        elif isinstance(node, nodes.Not):
+            self.write("(not ")
+            self._visit_truth(node.node, frame)
+            self.write(")")
+        elif isinstance(node, (nodes.And, nodes.Or)):
+            self.write("(")
+            self._visit_truth(node.left, frame)
+            self.write(" and " if isinstance(node, nodes.And) else " or ")
+            self._visit_truth(node.right, frame)
+            self.write(")")
+        elif isinstance(node, (nodes.Getattr, nodes.Getitem)) and self._truth_key(node, frame):
+            pass
+        else:
+            self.visit(node, frame)
+
+    def _truth_key(self, node: nodes.Getattr | nodes.Getitem, frame: Frame) -> bool:
+        found = self._dict_key(node, frame)
+        if found is None or (isinstance(node, nodes.Getattr) and self._fast_loops and _is_loop_name(node.node)):
+            return False
+        base, key, miss = found
+        if self._cached(node, key, frame, truth=True):
+            return True
+        value, kind = self._temp(), self._temp()
+        self.write(f"({value}.get({key!r}) if ({kind} := type({value} := ")
+        self.visit(base, frame)
+        self.write(f")) is dict else {value}.__dict__[{key!r}] if {kind} is _Namespace and {key!r} in {value}.__dict__")
+        self.write(f" else {miss}({value}, {key!r}))")
+        return True
 
     def _default_key(self, target: nodes.Expr, fallback: Any, frame: Frame) -> bool:
         """``message.reasoning_content|default('')``: the dict's value, or the constant when it is missing
@@ -1340,6 +1436,10 @@ def _fstring(pieces: list[tuple[str, Any]]) -> str:
         else:
             body.append("{" + code + "!s}")
     return "f'" + "".join(body) + "'"
+
+
+def _is_loop_name(node: nodes.Node) -> bool:
+    return isinstance(node, nodes.Name) and node.name == "loop"
 
 
 def _only_called(tree: nodes.Template, names: set[str]) -> set[str]:
