@@ -112,6 +112,8 @@ OUTPUT_BOMBS = {
     "expandtabs": "{{ ('\t' * 100000).expandtabs(100000) }}",
     "batch": "{{ [1]|batch(1000000000, 'x')|list|length }}",
     "tojson indent": "{{ (range(1000)|list)|tojson(indent=100000) }}",
+    "tojson indent, nested": "{% set ns = namespace(x=[1]) %}{% for i in range(300) %}{% set ns.x = [ns.x, 1] %}{% endfor %}"
+    "{{ ns.x|tojson(indent=1000) }}",
     "lipsum": "{{ lipsum(10000000) }}",
     "long output": "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
 }
@@ -162,3 +164,35 @@ def test_the_environment_matches_transformers_configuration() -> None:
     assert {"raise_exception", "strftime_now", "namespace", "dict", "range", "lipsum", "cycler", "joiner"} <= set(
         environment.globals
     )
+
+
+def test_indented_json_is_json_dumps() -> None:
+    """tojson with an indent writes plain JSON itself (faster than json.dumps' Python encoder): the same text."""
+    import json
+    import random
+
+    from chatcodec import sandbox
+
+    rng = random.Random(7)
+    leaves = ["a", "é\n\"x\u2028", "", "\ud800", 0, -5, 2.5, 1e300, float("nan"), float("inf"), -0.0, True, False, None]
+
+    def value(depth: int = 0) -> object:
+        roll = rng.random()
+        if depth > 4 or roll < 0.4:
+            return rng.choice(leaves)
+        if roll < 0.7:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {rng.choice(["k", "b", "a", "é", "z z", "<"]) + str(rng.randint(0, 3)): value(depth + 1) for _ in range(4)}
+
+    for _ in range(2000):
+        data = value()
+        for indent in (4, 0, "\t"):
+            for ensure_ascii in (False, True):
+                for sort_keys in (False, True):
+                    layout = indent if isinstance(indent, str) else " " * indent
+                    expected = json.dumps(data, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+                    assert sandbox._indented_json(data, layout, ensure_ascii, sort_keys, 10**9) == expected
+    # what it leaves to json.dumps: keys that are not strings, tuples, objects
+    assert sandbox._indented_json({1: "a"}, " ", False, False, 10**9) is None
+    assert sandbox._indented_json([(1,)], " ", False, False, 10**9) is None
+    assert ChatTemplate("{{ {1: (2, 3)}|tojson(indent=1) }}").render(USER) == '{\n "1": [\n  2,\n  3\n ]\n}'

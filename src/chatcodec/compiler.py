@@ -278,7 +278,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._resolved: dict[str, str] = {}
         #: macros defined once at the top of the template and never rebound: called without ``Macro``
         self._direct_candidates: set[str] = set()
-        self._direct: dict[str, tuple[str, int]] = {}
+        self._direct: dict[str, tuple[str, list[str]]] = {}
         #: of those, the ones only ever called that way: they need no Macro object
         self._only_direct: set[str] = set()
         #: identifiers that never hold jinja2's `missing` marker: reading them needs no check
@@ -418,6 +418,9 @@ class _FastGenerator(sandbox._CodeGenerator):
         frame = Frame(eval_ctx)
         frame.symbols.analyze_node(node)
         frame.buffer = "_o"
+        for macro in node.body:  # calls by name call the function (from any macro, itself included)
+            if isinstance(macro, nodes.Macro) and macro.name in self._direct_candidates:
+                self._direct[macro.name] = (f"{frame.symbols.ref(macro.name)}_fn", [a.name for a in macro.args])
         # root(variables, budget) -> the output: the budget made active and its output measured as it grows
         self.writeline("def root(_v, _b):", extra=1)
         self.indent()
@@ -626,8 +629,6 @@ class _FastGenerator(sandbox._CodeGenerator):
     def visit_Macro(self, node: nodes.Macro, frame: Frame) -> None:
         ref = frame.symbols.ref(node.name)
         direct = node.name in self._direct_candidates
-        if direct:  # its calls by name call its function (registered first: it may call itself)
-            self._direct[node.name] = (f"{ref}_fn", len(node.args))
         macro_frame, macro_ref = self.macro_body(node, frame)
         if direct:
             self.writeline(f"{ref}_fn = macro")
@@ -1004,13 +1005,18 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.write("))")
             return
         direct = self._direct.get(method.name) if isinstance(method, nodes.Name) else None
-        if direct is not None and plain and len(node.args) <= direct[1]:
-            function, count = direct
-            self.write(f"{function}(")
-            for arg in node.args:
-                self.visit(arg, frame)
-                self.write(", ")
-            self.write("missing, " * (count - len(node.args)) + ")")
+        arguments = _direct_arguments(node, direct[1]) if direct is not None and not forward_caller else None
+        if direct is not None and arguments is not None:
+            # the macro's function, its arguments by position (a keyword's value at its parameter's place;
+            # an error in any argument sends the whole render to the generic path, which reports it in order)
+            self.write(f"{direct[0]}(")
+            for argument in arguments:
+                if argument is None:
+                    self.write("missing, ")
+                else:
+                    self.visit(argument, frame)
+                    self.write(", ")
+            self.write(")")
             return
         # jinja2's sandboxed call, without its `_loop_vars` bookkeeping
         self.write("_cc_call(_v, ")
@@ -1283,7 +1289,13 @@ class _FastGenerator(sandbox._CodeGenerator):
                     self.visit(operand, frame)
                 self.write(")")
                 return
-            super().visit_Add(node, frame)
+            # `ns.text + piece`: two short strings added by Python, anything else as jinja2 adds
+            left, right, total = self._temp(), self._temp(), self._temp()
+            self.write(f"({left} + {right} if (type({left} := ")
+            self.visit(node.left, frame)
+            self.write(f") is str) & (type({right} := ")
+            self.visit(node.right, frame)
+            self.write(f") is str) and len({left}) + len({right}) <= {_SHORT_CHAIN} else _cc_add({left}, {right}))")
             return
         # `'<|im_start|>' + role + '\n' + content`: when every operand is a str and they are short, one
         # f-string builds the sum at once; anything else is added as jinja2 adds (Markup escapes, ...).
@@ -1442,11 +1454,27 @@ def _is_loop_name(node: nodes.Node) -> bool:
     return isinstance(node, nodes.Name) and node.name == "loop"
 
 
+def _direct_arguments(call: nodes.Call, parameters: list[str]) -> list[nodes.Expr | None] | None:
+    """The arguments of a call of a macro with ``parameters``, by position (None for one not given), or
+    None when the call has more arguments than parameters, a keyword that is not one, or ``*``/``**``."""
+    if call.dyn_args or call.dyn_kwargs or len(call.args) > len(parameters):
+        return None
+    arguments: list[nodes.Expr | None] = [*call.args, *[None] * (len(parameters) - len(call.args))]
+    for keyword in call.kwargs:
+        if keyword.key not in parameters:
+            return None
+        at = parameters.index(keyword.key)
+        if arguments[at] is not None:
+            return None
+        arguments[at] = keyword.value
+    return arguments
+
+
 def _only_called(tree: nodes.Template, names: set[str]) -> set[str]:
-    """Of the macros ``names``, those the template only calls by name with positional arguments (never
-    as a value, with keywords, or with a ``{% call %}`` block)."""
+    """Of the macros ``names``, those the template only calls by name (with arguments it can place:
+    never as a value, with ``*``/``**``, or with a ``{% call %}`` block)."""
     blocks = {id(block.call) for block in tree.find_all(nodes.CallBlock)}
-    macros = {m.name: len(m.args) for m in tree.body if isinstance(m, nodes.Macro) and m.name in names}
+    macros = {m.name: [a.name for a in m.args] for m in tree.body if isinstance(m, nodes.Macro) and m.name in names}
     loads: dict[str, int] = dict.fromkeys(names, 0)
     calls: dict[str, int] = dict.fromkeys(names, 0)
     for name in tree.find_all(nodes.Name):
@@ -1458,8 +1486,8 @@ def _only_called(tree: nodes.Template, names: set[str]) -> set[str]:
             isinstance(target, nodes.Name)
             and target.name in calls
             and id(call) not in blocks
-            and not (call.kwargs or call.dyn_args or call.dyn_kwargs)
-            and len(call.args) <= macros.get(target.name, -1)
+            and target.name in macros
+            and _direct_arguments(call, macros[target.name]) is not None
         ):
             calls[target.name] += 1
     return {name for name in names if loads[name] == calls[name]}
