@@ -135,22 +135,26 @@ CONSTRUCTS = {
     "globals": "{{ range(3)|list }}{{ dict(a=1) }}{{ strftime_now('%Y') }}{{ lipsum(1)|length > 0 }}",
     "kept lookups": "{% for m in ds %}{{ m.role }}{{ m['role'] }}{{ m.role is defined }}{{ m.x }}{% endfor %}"
     "{{ ds[0].role }}{{ ds[0]['role'] }}{{ ds[-1] }}{{ ds[-1] }}{% set ds = xs %}{{ ds[0] }}{{ ds[0] }}",
-    "a loop item assigned in its loop": "{% for m in ds %}{{ m.role }}{% set m = {'role': 'r'} %}{{ m.role }}{% endfor %}",
+    "a loop item assigned in its loop": "{% for m in ds %}{{ m.role }}{% set m = {'role': 'r'} %}{{ m.role }}"
+    "{% endfor %}",
     "a macro parameter assigned in its macro": "{% macro f(m) %}{{ m.k }}{% set m = {'k': 2} %}{{ m.k }}{% endmacro %}"
     "{{ f(d) }}{{ f(d) }}",
-    "a loop item and a namespace": "{% set ns = namespace(k='n') %}{% for m in [d, ns] %}{{ m.k }}{{ m.k }}{% endfor %}",
+    "a loop item and a namespace": "{% set ns = namespace(k='n') %}{% for m in [d, ns] %}{{ m.k }}{{ m.k }}"
+    "{% endfor %}",
     "keys read for their truth": "{% for m in ds %}{% if m.role %}1{% elif not m.x %}2{% endif %}"
     "{% if m.role and m.x or m.items %}3{% endif %}{{ 'a' if m.role else 'b' }}{% endfor %}"
     "{% for m in ds if m.role %}{{ loop.index }}{% endfor %}",
-    "defaults and defined keys": "{% for m in ds %}{{ m.role|default('-') }}{{ m.x|default(none) }}{{ m.role is defined }}"
-    "{{ m['x'] is undefined }}{% endfor %}{{ {'u': nothing}.u|default('u') }}{{ {'u': nothing}.u is defined }}",
+    "defaults and defined keys": "{% for m in ds %}{{ m.role|default('-') }}{{ m.x|default(none) }}"
+    "{{ m.role is defined }}{{ m['x'] is undefined }}{% endfor %}"
+    "{{ {'u': nothing}.u|default('u') }}{{ {'u': nothing}.u is defined }}",
     "output runs": "[{{ s }}|{{ 'a' + s + 'b' }}|{{ s ~ 1 }}{{ xs }}{{ none }}{{ d.k + d.k }}]{{ '{x}' + s }}",
     "adding names": "{% set t = s %}{% set t = t + s %}{{ t }}{{ xs + xs }}{{ t + 1 if false else t }}",
-    "list items by index": "{% for x in xs %}{{ xs[loop.index0 - 1] }}{{ xs[loop.index0 + 5] }}{% endfor %}{{ xs[true] }}",
+    "list items by index": "{% for x in xs %}{{ xs[loop.index0 - 1] }}{{ xs[loop.index0 + 5] }}{% endfor %}"
+    "{{ xs[true] }}",
     "namespace calls": "{% set ns = namespace(a=1, b=xs) %}{% set ns.a = ns.a + 1 %}{{ ns.a }}{{ ns.b }}{{ ns }}"
     "{% set namespace = dict %}{{ namespace(c=2) }}",
-    "macros called by name": "{% macro f(a, b=2) %}{{ a }}{{ b }}{% if a < 3 %}{{ f(a + 1, b=b) }}{% endif %}{% endmacro %}"
-    "{{ f(1) }}{{ f(a=5) }}{{ f(b=0, a=4) }}{% macro g(x) %}<{{ f(x) }}>{% endmacro %}{{ g(2) }}",
+    "macros called by name": "{% macro f(a, b=2) %}{{ a }}{{ b }}{% if a < 3 %}{{ f(a + 1, b=b) }}{% endif %}"
+    "{% endmacro %}{{ f(1) }}{{ f(a=5) }}{{ f(b=0, a=4) }}{% macro g(x) %}<{{ f(x) }}>{% endmacro %}{{ g(2) }}",
     "tojson": "{{ d|tojson }}{{ xs|tojson(indent=2) }}{{ ds|tojson(indent='\t', sort_keys=true) }}{{ s|tojson }}",
 }
 VARIABLES = {

@@ -112,8 +112,8 @@ OUTPUT_BOMBS = {
     "expandtabs": "{{ ('\t' * 100000).expandtabs(100000) }}",
     "batch": "{{ [1]|batch(1000000000, 'x')|list|length }}",
     "tojson indent": "{{ (range(1000)|list)|tojson(indent=100000) }}",
-    "tojson indent, nested": "{% set ns = namespace(x=[1]) %}{% for i in range(300) %}{% set ns.x = [ns.x, 1] %}{% endfor %}"
-    "{{ ns.x|tojson(indent=1000) }}",
+    "tojson indent, nested": "{% set ns = namespace(x=[1]) %}{% for i in range(300) %}"
+    "{% set ns.x = [ns.x, 1] %}{% endfor %}{{ ns.x|tojson(indent=1000) }}",
     "lipsum": "{{ lipsum(10000000) }}",
     "long output": "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
 }
@@ -174,7 +174,7 @@ def test_indented_json_is_json_dumps() -> None:
     from chatcodec import sandbox
 
     rng = random.Random(7)
-    leaves = ["a", "é\n\"x\u2028", "", "\ud800", 0, -5, 2.5, 1e300, float("nan"), float("inf"), -0.0, True, False, None]
+    leaves = ["a", 'é\n"x\u2028', "", "\ud800", 0, -5, 2.5, 1e300, float("nan"), float("inf"), -0.0, True, False, None]
 
     def value(depth: int = 0) -> object:
         roll = rng.random()
@@ -182,7 +182,9 @@ def test_indented_json_is_json_dumps() -> None:
             return rng.choice(leaves)
         if roll < 0.7:
             return [value(depth + 1) for _ in range(rng.randint(0, 4))]
-        return {rng.choice(["k", "b", "a", "é", "z z", "<"]) + str(rng.randint(0, 3)): value(depth + 1) for _ in range(4)}
+        return {
+            rng.choice(["k", "b", "a", "é", "z z", "<"]) + str(rng.randint(0, 3)): value(depth + 1) for _ in range(4)
+        }
 
     for _ in range(2000):
         data = value()

@@ -46,7 +46,7 @@ from jinja2.utils import Namespace, _PassArg, concat, internalcode, missing
 from markupsafe import Markup, escape
 
 from . import limits, sandbox
-from .exceptions import ChatcodecError, LimitError
+from .exceptions import LimitError
 
 __all__ = ["FastTemplate", "fast_template", "render"]
 
@@ -286,7 +286,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         #: lookups kept for reuse: for each identifier whose value cannot change where it is read (a loop's
         #: item during one iteration, a macro's parameter, a name never assigned), the local holding each
         #: path looked up from it (``message.role``, ``message['content']``, ``call.function.name``)
-        self._caches: dict[str, dict[tuple[Any, ...], str]] = {}
+        self._caches: dict[str, dict[Any, Any]] = {}
         #: the lines that start each cache's life (``_c1 = _c2 = missing``), filled in by finish()
         self._cache_lines: dict[str, list[str]] = {}
         #: for a loop's item, the keys read from it, fetched at once when each iteration starts
@@ -315,17 +315,21 @@ class _FastGenerator(sandbox._CodeGenerator):
         if prefetch:
             self._prefetch[marker] = []
         for ref in refs:
-            self._caches[ref] = {"#": marker, "##": self._scopes}  # type: ignore[dict-item]
+            self._caches[ref] = {"#": marker, "##": self._scopes}
 
     def _close_caches(self, refs: Iterable[str]) -> None:
         for ref in refs:
             cache = self._caches.pop(ref, None)
             if cache is not None:
-                marker = cache.pop("#")  # type: ignore[call-overload]
-                cache.pop("##")  # type: ignore[call-overload]
+                marker = cache.pop("#")
+                cache.pop("##")
                 self._cache_lines[marker] += cache.values()
                 if marker in self._prefetch:
-                    self._prefetch[marker] += [(ref, path[0][1], ident) for path, ident in cache.items() if len(path) == 1 and path[0][0] == "k"]
+                    self._prefetch[marker] += [
+                        (ref, path[0][1], ident)
+                        for path, ident in cache.items()
+                        if len(path) == 1 and path[0][0] == "k"
+                    ]
 
     @contextmanager
     def _new_scope(self) -> Iterator[None]:
@@ -369,7 +373,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         if path is None:
             return False
         cache = self._caches[path[0]]
-        use = (cache["##"], *path)  # type: ignore[call-overload]
+        use = (cache["##"], *path)
         self._uses[use] = self._uses.get(use, 0) + 1
         if self._known_uses is not None and self._known_uses.get(use, 0) < 2:
             return False
@@ -540,15 +544,15 @@ class _FastGenerator(sandbox._CodeGenerator):
         finalize = self._make_finalize()
         buffer = frame.buffer
         write = "_w" if buffer == "_o" else f"{buffer}.append"
-        # (code, node, kind): a literal's repr (kind "lit"); a temporary holding str(node) ("str") or node
-        # itself, known to be text ("text"); an operand of a `+` chain, which must be a str ("add")
+        # (text, None, "lit"): a literal; (temporary, node, kind): a temporary holding str(node) ("str") or
+        # node itself, known to be text ("text"), or an operand of a `+` chain, which must be a str ("add")
         pieces: list[tuple[str, Any, str]] = []
         chains: dict[int, list[tuple[str, nodes.Expr | None]]] = {}  # first piece of a chain -> its pieces
         constant: list[str] = []
 
         def flush_constant() -> None:
             if constant:
-                pieces.append((repr(concat(constant)), None, "lit"))
+                pieces.append((concat(constant), None, "lit"))
                 constant.clear()
 
         for child in node.nodes:
@@ -564,7 +568,7 @@ class _FastGenerator(sandbox._CodeGenerator):
             if any(isinstance(o, nodes.Const) and type(o.value) is str for o in operands):
                 chain = self._chain_pieces(operands)
                 chains[len(pieces)] = chain
-                pieces += [(code, operand, "add" if operand is not None else "lit") for code, operand in chain]
+                pieces += [(value, operand, "add" if operand is not None else "lit") for value, operand in chain]
             else:
                 pieces.append((self._temp(), child, "text" if self._is_text(child, frame) else "str"))
         flush_constant()
@@ -572,15 +576,15 @@ class _FastGenerator(sandbox._CodeGenerator):
         dynamic = [piece for piece in pieces if piece[1] is not None]
         if not dynamic:
             if pieces:
-                self.writeline(f"{write}({''.join(eval(code) for code, _, _ in pieces)!r})")  # noqa: S307
+                self.writeline(f"{write}({''.join(text for text, _, _ in pieces)!r})")
             return
         if len(pieces) == 1 and not chains:  # `{{ x }}` alone: appended as it is
-            code, child, kind = pieces[0]
+            _, child, kind = pieces[0]
             self.writeline(f"{write}(" + ("" if kind == "text" else "str("), child)
             self.visit(child, frame)
             self.write(")" if kind == "text" else "))")
             return
-        literal = sum(len(eval(code)) for code, _, kind in pieces if kind == "lit")  # noqa: S307 - our own reprs
+        literal = sum(len(text) for text, _, kind in pieces if kind == "lit")
         self.writeline("if (", node)
         for at, (temp, child, kind) in enumerate(dynamic):
             self.write(f"{' + ' if at else ''}len({temp} := ")
@@ -594,7 +598,7 @@ class _FastGenerator(sandbox._CodeGenerator):
                 self.write(f" and type({temp}) is str")
         self.write(":")
         self.indent()
-        self.writeline(f"{write}({_fstring([(code, child) for code, child, _ in pieces])})")
+        self.writeline(f"{write}({_fstring([(value, child) for value, child, _ in pieces])})")
         self.outdent()
         self.writeline("else:")
         self.indent()
@@ -602,12 +606,13 @@ class _FastGenerator(sandbox._CodeGenerator):
         parts = []
         at = 0
         while at < len(pieces):
-            chain = chains.get(at)
-            if chain is not None:
-                parts.append(f"_cc_cat({', '.join(code for code, _ in chain)})")
-                at += len(chain)
+            operands_at = chains.get(at)
+            if operands_at is not None:
+                parts.append(f"_cc_cat({_codes(operands_at)})")
+                at += len(operands_at)
             else:
-                parts.append(pieces[at][0])
+                value, child, _ = pieces[at]
+                parts.append(value if child is not None else repr(value))
                 at += 1
         self.writeline(f"{buffer}.extend(({', '.join(parts)},))")
         self.outdent()
@@ -685,9 +690,7 @@ class _FastGenerator(sandbox._CodeGenerator):
                 try:
                     default = node.defaults[idx - len(node.args)]
                 except IndexError:
-                    self.writeline(
-                        f'{ref} = undefined("parameter {arg.name!r} was not provided", name={arg.name!r})'
-                    )
+                    self.writeline(f'{ref} = undefined("parameter {arg.name!r} was not provided", name={arg.name!r})')
                 else:
                     self.writeline(f"{ref} = ")
                     self.visit(default, frame)
@@ -812,8 +815,9 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.indent()
         self.enter_frame(loop_frame)
         # the item stays the same during one iteration, unless the body assigns its name
-        item = [loop_frame.symbols.ref(node.target.name)] if isinstance(node.target, nodes.Name) else []
-        if item and any(n.name == node.target.name for n in _stores(node.body)):
+        target = node.target
+        item = [loop_frame.symbols.ref(target.name)] if isinstance(target, nodes.Name) else []
+        if isinstance(target, nodes.Name) and any(n.name == target.name for n in _stores(node.body)):
             item = []
         self._open_caches(item, prefetch=True)
         self.blockvisit(node.body, loop_frame)
@@ -1075,7 +1079,7 @@ class _FastGenerator(sandbox._CodeGenerator):
             fallback = _constant(node.args[0], frame)
             if fallback is not missing and not isinstance(fallback, (list, dict)):
                 # `x|default('')` with a constant: x unless it is undefined (jinja2's do_default)
-                if self._default_key(node.node, fallback, frame):  # type: ignore[arg-type]
+                if self._default_key(node.node, fallback, frame):
                     return
                 value = self._temp()
                 self.write(f"({fallback!r} if isinstance({value} := ")
@@ -1215,7 +1219,7 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.blockvisit(node.else_, if_frame)
             self.outdent()
 
-    def _visit_truth(self, node: nodes.Expr, frame: Frame) -> None:
+    def _visit_truth(self, node: nodes.Node, frame: Frame) -> None:
         """``node`` where only its truth is read: a dict's missing key may give None instead of an undefined
         (both are false), which saves making one (``{% if message.tool_calls %}``)."""
         if _constant(node, frame) is not missing:
@@ -1260,7 +1264,9 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.write(f"(({fallback!r} if isinstance({item} := {value}.get({key!r}, _UNDEFINED), Undefined) else {item})")
         self.write(f" if type({value} := ")
         self.visit(base, frame)
-        self.write(f") is dict else ({fallback!r} if isinstance({item} := {miss}({value}, {key!r}), Undefined) else {item}))")
+        self.write(
+            f") is dict else ({fallback!r} if isinstance({item} := {miss}({value}, {key!r}), Undefined) else {item}))"
+        )
         return True
 
     def _defined_key(self, node: nodes.Test, frame: Frame) -> bool:
@@ -1290,7 +1296,7 @@ class _FastGenerator(sandbox._CodeGenerator):
                 self.write(")")
                 return
             # `ns.text + piece`: two short strings added by Python, anything else as jinja2 adds
-            left, right, total = self._temp(), self._temp(), self._temp()
+            left, right = self._temp(), self._temp()
             self.write(f"({left} + {right} if (type({left} := ")
             self.visit(node.left, frame)
             self.write(f") is str) & (type({right} := ")
@@ -1302,21 +1308,21 @@ class _FastGenerator(sandbox._CodeGenerator):
         pieces = self._chain_pieces(operands)
         self.write(f"({_fstring(pieces)} if ")
         self._chain_guard(pieces, frame)
-        self.write(f" else _cc_cat({', '.join(code for code, _ in pieces)}))")
+        self.write(f" else _cc_cat({_codes(pieces)}))")
 
     def _chain_pieces(self, operands: list[nodes.Expr]) -> list[tuple[str, nodes.Expr | None]]:
-        """The operands of a ``+`` chain as (code, node): a literal's repr and None, or a temporary and its node."""
+        """The operands of a ``+`` chain as (text, None) for a literal, (temporary, node) for the others."""
         pieces: list[tuple[str, nodes.Expr | None]] = []
         for operand in operands:
             if isinstance(operand, nodes.Const) and type(operand.value) is str:
-                pieces.append((repr(operand.value), None))
+                pieces.append((operand.value, None))
             else:
                 pieces.append((self._temp(), operand))
         return pieces
 
     def _chain_guard(self, pieces: list[tuple[str, nodes.Expr | None]], frame: Frame, room: int = _SHORT_CHAIN) -> None:
         """``len(a := A) + ... <= room - literals and type(a) is str and ...``: every operand evaluated, in order."""
-        literal = sum(len(eval(code)) for code, node in pieces if node is None)  # noqa: S307 - our own reprs
+        literal = sum(len(text) for text, node in pieces if node is None)
         dynamic = [(code, node) for code, node in pieces if node is not None]
         self.write("(")
         for at, (temp, operand) in enumerate(dynamic):
@@ -1438,16 +1444,20 @@ class _FastGenerator(sandbox._CodeGenerator):
 
 
 def _fstring(pieces: list[tuple[str, Any]]) -> str:
-    """An f-string of literals (their reprs, node None) and temporaries holding text (``{t!s}``)."""
+    """An f-string of literals (text, node None) and temporaries holding text (``{t!s}``)."""
     body = []
-    for code, node in pieces:
+    for value, node in pieces:
         if node is None:
-            text = eval(code)  # noqa: S307 - a repr we made
-            escaped = text.encode("unicode_escape").decode("ascii").replace("'", "\\'")
+            escaped = value.encode("unicode_escape").decode("ascii").replace("'", "\\'")
             body.append(escaped.replace("{", "{{").replace("}", "}}"))
         else:
-            body.append("{" + code + "!s}")
+            body.append("{" + value + "!s}")
     return "f'" + "".join(body) + "'"
+
+
+def _codes(pieces: list[tuple[str, Any]]) -> str:
+    """The pieces as Python arguments: literals as their reprs, temporaries by name."""
+    return ", ".join(value if node is not None else repr(value) for value, node in pieces)
 
 
 def _is_loop_name(node: nodes.Node) -> bool:
@@ -1573,7 +1583,7 @@ class FastTemplate:
         return 1
 
     def render(self, variables: Mapping[str, Any], budget: limits.Budget) -> str:
-        """The output for ``variables`` under ``budget``, or Python's own error (:func:`render` is the checked entry point)."""
+        """The output for ``variables`` under ``budget``, or Python's own error (see :func:`render`)."""
         return self.root(variables, budget)  # type: ignore[no-any-return]
 
 

@@ -148,7 +148,7 @@ class ChatTemplate:
             if continue_final_message:
                 chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
                 continued = _tag_final_message(chat, continue_final_message, self._sources["default"])
-            variables = self.special_tokens.copy()
+            variables: dict[str, Any] = self.special_tokens.copy()
             if template_kwargs:
                 variables.update(template_kwargs)
             variables["tools"] = schemas
@@ -517,7 +517,7 @@ def _normalized_message(message: Any, index: int) -> dict[str, Any]:
     """One message as the template sees it: a plain dict, without ``None`` values, with reasoning aliases."""
     if type(message) is not dict:
         message = _message_as_dict(message, index)
-    converted = message
+    converted: dict[str, Any] = message
     for key, value in message.items():
         if type(value) is str and type(key) is str:
             continue

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from functools import lru_cache, update_wrapper
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from json.encoder import encode_basestring_ascii as _ASCII_STRING  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _ASCII_STRING
 from typing import Any
 
 import jinja2
@@ -98,13 +98,15 @@ def tojson(
     if _DEFAULT_JSON is not None and not ensure_ascii and indent is None and separators is None and not sort_keys:
         text = "".join(_DEFAULT_JSON(x, 0))
     else:
-        text = None
+        indented = None
         if indent is not None and separators is None and type(indent) in (int, str):
             # counted as it is written (see _indented_json), against the output limit
             layout = indent if type(indent) is str else " " * indent
             if len(layout) <= limits.FAST_SIZE:
-                text = _indented_json(x, layout, ensure_ascii, sort_keys, limits.active().limits.max_output)
-        if text is None:
+                indented = _indented_json(x, layout, ensure_ascii, sort_keys, limits.active().limits.max_output)
+        if indented is not None:
+            text = indented
+        else:
             limits.check_json_layout(x, indent, separators)
             text = json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
     if len(text) > limits.FAST_SIZE:
