@@ -165,6 +165,14 @@ def _select_attribute(items: Any, attribute: str, test: str, keep: bool, *args: 
         return
     function: Any = environment.tests[test]
     getitem = environment.getitem
+    if function is limits.eq and len(args) == 1 and type(args[0]) is str and len(args[0]) <= _SHORT:
+        # `selectattr('role', 'equalto', 'user')`: a comparison with a short string costs nothing to pay for
+        wanted = args[0]
+        for item in limits.counted_input(items, "|selectattr"):
+            value = item[attribute] if type(item) is dict and attribute in item else getitem(item, attribute)
+            if (value == wanted) is keep:
+                yield item
+        return
     for item in limits.counted_input(items, "|selectattr"):
         value = item[attribute] if type(item) is dict and attribute in item else getitem(item, attribute)
         if bool(function(value, *args)) is keep:
@@ -178,7 +186,7 @@ def _namespace(attrs: dict[str, Any]) -> sandbox.TemplateNamespace:
             limits.built(attrs)  # it may share containers: they count as often as they occur
             break
     made = _new_namespace(sandbox.TemplateNamespace)
-    made.__dict__.update(attrs)
+    made.__dict__ = attrs  # a dict made for this call
     return made
 
 
@@ -1337,20 +1345,16 @@ class _FastGenerator(sandbox._CodeGenerator):
 
     @optimizeconst
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
-        # `'<' ~ key ~ '>'`: the string forms joined at once, after their lengths are checked to be small
-        codes = []
-        dynamic = []
-        literal = 0
+        # `'<' ~ key ~ '>'`: the string forms (jinja2's str_join) in one f-string, after their lengths are
+        # checked to be small; else joined by limits.concat, which checks and pays
+        pieces: list[tuple[str, nodes.Expr | None]] = []
         for part in node.nodes:
             value = _constant(part, frame)
-            if isinstance(value, str):
-                codes.append(repr(value))
-                literal += len(value)
-            else:
-                codes.append(self._temp())
-                dynamic.append((part, codes[-1]))
-        self.write("(''.join((" + ", ".join(codes) + ",)) if (")
-        for at, (part, temp) in enumerate(dynamic):
+            pieces.append((value, None) if isinstance(value, str) else (self._temp(), part))
+        literal = sum(len(text) for text, part in pieces if part is None)
+        self.write(f"({_fstring(pieces)} if (")
+        dynamic = [(temp, part) for temp, part in pieces if part is not None]
+        for at, (temp, part) in enumerate(dynamic):
             self.write(f"{' + ' if at else ''}len({temp} := ")
             if self._is_text(part, frame):
                 self.visit(part, frame)
@@ -1361,7 +1365,7 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.write(")")
         if not dynamic:
             self.write("0")
-        self.write(f") <= {_SHORT_CHAIN - literal} else _cc_concat((" + ", ".join(codes) + ",)))")
+        self.write(f") <= {_SHORT_CHAIN - literal} else _cc_concat(({_codes(pieces)},)))")
 
     @optimizeconst
     def visit_Mod(self, node: nodes.BinExpr, frame: Frame) -> None:

@@ -66,11 +66,34 @@ def raise_exception(message: Any) -> None:
 
 
 def strftime_now(format: str) -> str:
-    """The template's clock: the render's pinned ``now``, or local time as in transformers."""
+    """The template's clock: the render's pinned ``now``, or local time as in transformers.
+
+    With a pinned ``now`` (renders of a dataset, tests) the text of each format is kept: strftime is
+    slow, and a pinned clock always gives the same text.
+    """
+    now = limits.active().now
+    key: tuple[Any, ...] | None = None
+    if now is not None and format.__class__ is str:
+        key = (now, now.tzinfo, now.fold, format)  # equal datetimes may differ in zone or fold
+        try:
+            text = _DATES.get(key)
+        except TypeError:  # a zone that cannot be hashed
+            key = None
+        else:
+            if text is not None:
+                return text
     if isinstance(format, str) and (len(format) > 16 or _HAS_DIGIT.search(format)):
         limits.check_strftime(format)
-    now = limits.active().now
-    return (now if now is not None else datetime.now()).strftime(format)
+    text = (now if now is not None else datetime.now()).strftime(format)
+    if key is not None and len(text) <= limits.FAST_SIZE:
+        if len(_DATES) >= 256:
+            _DATES.clear()
+        _DATES[key] = text
+    return text
+
+
+#: the text of strftime_now for each pinned clock and format (a few of them; cleared when it fills up)
+_DATES: dict[tuple[Any, ...], str] = {}
 
 
 _HAS_DIGIT = re.compile(r"\d")
