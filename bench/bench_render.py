@@ -149,9 +149,9 @@ def prepared(template: Any, messages: Any, tools: Any, options: dict[str, Any]) 
     fast = compiler.fast_template(template.source)
     original = fast.root
 
-    def spy(variables: dict[str, Any], budget: Any) -> str:
-        seen.append(dict(variables))
-        return original(variables, budget)  # type: ignore[no-any-return]
+    def spy(*given: Any) -> str:
+        seen.append(compiler.variables_of(given[:-1]))
+        return original(*given)  # type: ignore[no-any-return]
 
     fast.root = spy
     try:

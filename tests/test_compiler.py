@@ -38,9 +38,9 @@ def variables_of(template: ChatTemplate, messages: Any, **options: Any) -> dict[
     assert fast is not None
     original = fast.root
 
-    def spy(variables: Mapping[str, Any], budget: limits.Budget) -> str:
-        seen.append(dict(variables))
-        return original(variables, budget)  # type: ignore[no-any-return]
+    def spy(*given: Any) -> str:
+        seen.append(compiler.variables_of(given[:-1]))  # type: ignore[arg-type]
+        return original(*given)  # type: ignore[no-any-return]
 
     fast.root = spy
     try:

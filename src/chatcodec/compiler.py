@@ -106,18 +106,41 @@ class _Unsupported(Exception):
     """A construct the compiler leaves to the generic path."""
 
 
+#: the variables a render of compiled code has: (other variables, keyword variables or None, and the
+#: values of messages, tools, documents, add_generation_prompt or `missing`), as ``root`` takes them
+Variables = tuple[Mapping[str, Any], Mapping[str, Any] | None, Any, Any, Any, Any]
+#: the names given their own place in :data:`Variables`
+FIXED_NAMES = ("messages", "tools", "documents", "add_generation_prompt")
+
+
+def variables_of(given: Variables) -> dict[str, Any]:
+    """The variables of a render as one mapping, as the generic path takes them."""
+    variables = {**given[0], **(given[1] or {})}
+    for name, value in zip(FIXED_NAMES, given[2:], strict=True):
+        if value is not missing:
+            variables[name] = value
+    return variables
+
+
+def split_variables(variables: Mapping[str, Any]) -> Variables:
+    """``variables`` as compiled code takes them (the inverse of :func:`variables_of`)."""
+    get = variables.get
+    return (variables, None, get("messages", missing), get("tools", missing), get("documents", missing),
+            get("add_generation_prompt", missing))  # fmt: skip
+
+
 class _Context:
     """What compiled code passes where jinja2 wants a ``Context``: the real one is made on first use.
 
-    Most renders never need it (only ``pass_context`` filters such as ``|selectattr`` and calls of
-    things that are not plain do), so it costs one small object per render.
+    Most renders never need it (only ``pass_context`` filters such as ``|map`` and calls of things
+    that are not plain do), so it costs one small object per render.
     """
 
     __slots__ = ("_real", "_variables")
     eval_ctx = EvalContext(environment)
     environment = environment
 
-    def __init__(self, variables: Mapping[str, Any]) -> None:
+    def __init__(self, variables: Variables) -> None:
         self._variables = variables
         self._real: Context | None = None
 
@@ -125,7 +148,8 @@ class _Context:
         real = self._real
         if real is None:
             globals_ = environment.globals
-            real = self._real = Context(environment, {**globals_, **self._variables}, None, {}, globals_)
+            variables = {**globals_, **variables_of(self._variables)}
+            real = self._real = Context(environment, variables, None, {}, globals_)
         return getattr(real, name)
 
 
@@ -136,7 +160,7 @@ class _NoContext:
     eval_ctx = _Context.eval_ctx
 
 
-def _call(variables: Mapping[str, Any], function: Any, /, *args: Any, **kwargs: Any) -> Any:
+def _call(variables: Variables, function: Any, /, *args: Any, **kwargs: Any) -> Any:
     """A template's call of a name (a macro, ``namespace(...)``): directly when it is one of ours."""
     kind = type(function)
     if kind is _CompiledMacro or kind is sandbox._BudgetedMacro or id(function) in environment._trusted:
@@ -146,7 +170,7 @@ def _call(variables: Mapping[str, Any], function: Any, /, *args: Any, **kwargs: 
     return environment.call(_Context(variables), function, *args, **kwargs)
 
 
-def _call_method(variables: Mapping[str, Any], value: Any, name: str, args: tuple[Any, ...]) -> Any:
+def _call_method(variables: Variables, value: Any, name: str, args: tuple[Any, ...]) -> Any:
     """``value.name(*args)`` through the sandbox's checked call (what the inline fast path did not take)."""
     return environment.call_method(_Context(variables), value, name, args, None)
 
@@ -434,11 +458,11 @@ class _FastGenerator(sandbox._CodeGenerator):
             if isinstance(macro, nodes.Macro) and macro.name in self._direct_candidates:
                 self._direct[macro.name] = (f"{frame.symbols.ref(macro.name)}_fn", [a.name for a in macro.args])
         # root(variables, budget) -> the output: the budget made active and its output measured as it grows
-        self.writeline("def root(_v, _b):", extra=1)
+        self.writeline("def root(_s, _k, _m, _t, _d, _a, _b):", extra=1)
         self.indent()
         self.writeline("_b.output = _o = []")
         self.writeline("_w = _o.append")
-        self.writeline("_t = _cc_activate(_b)")
+        self.writeline("_tok = _cc_activate(_b)")
         self.writeline("try:")
         self.indent()
         self.writeline(_RESOLVES)  # filled in below, once every frame is known
@@ -456,7 +480,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.outdent()
         self.writeline("finally:")
         self.indent()
-        self.writeline("_cc_deactivate(_t)")
+        self.writeline("_cc_deactivate(_tok)")
         self.outdent()
         # the parts are measured before they are joined: they may repeat one long string many times
         self.writeline("if sum(map(len, _o)) > _b.limits.max_output:")
@@ -491,10 +515,18 @@ class _FastGenerator(sandbox._CodeGenerator):
 
     def finish(self, code: str) -> str:
         """The generated module, with the names every render resolves read once at the top of ``root``."""
-        lines = []
+        # the variables: messages, tools, documents, add_generation_prompt have their own parameters; the
+        # others are read from the keyword variables and the other variables (special tokens, say)
+        lines = ["_g = _s.get if _k is None else {**_s, **_k}.get"]
+        if "(_v" in code:  # some call needs the variables (as a context)
+            lines.insert(0, "_v = (_s, _k, _m, _t, _d, _a)")
         for name, ident in self._resolved.items():
             default = self._global(name) if name in self.environment.globals else f"_u{ident}"
-            lines.append(f"{ident} = _v.get({name!r}, {default})")
+            if name in FIXED_NAMES:
+                given = "_" + "mtda"[FIXED_NAMES.index(name)]
+                lines.append(f"{ident} = {default} if {given} is missing else {given}")
+            else:
+                lines.append(f"{ident} = _g({name!r}, {default})")
         constants = [f"{ident} = environment.globals[{name!r}]" for name, ident in self._globals.items()]
         constants += [
             f"_u{ident} = undefined(name={name!r})"
@@ -1588,7 +1620,7 @@ class FastTemplate:
 
     def render(self, variables: Mapping[str, Any], budget: limits.Budget) -> str:
         """The output for ``variables`` under ``budget``, or Python's own error (see :func:`render`)."""
-        return self.root(variables, budget)  # type: ignore[no-any-return]
+        return self.root(*split_variables(variables), budget)  # type: ignore[no-any-return]
 
 
 @lru_cache(maxsize=256)
@@ -1626,9 +1658,10 @@ def render(
         fast = compiled.fast = fast_template(source)
     if fast is not None and budget.spans is None:
         try:
-            return fast.root(variables, budget)  # type: ignore[no-any-return]
+            text: str = fast.render(variables, budget)
         except Exception as exc:
             return recover(exc, compiled, variables, name, budget)
+        return text
     return sandbox.run(compiled, variables, name=name, budget=budget)
 
 

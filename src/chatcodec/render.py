@@ -148,18 +148,16 @@ class ChatTemplate:
             if continue_final_message:
                 chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
                 continued = _tag_final_message(chat, continue_final_message, self._sources["default"])
-            variables: dict[str, Any] = self.special_tokens.copy()
-            if template_kwargs:
-                variables.update(template_kwargs)
-            variables["tools"] = schemas
-            variables["documents"] = documented
-            variables["messages"] = chat
-            variables["add_generation_prompt"] = add_generation_prompt
             budget = Budget(self.limits, now)
+            special = self.special_tokens
             try:
-                text: str = fast.root(variables, budget)  # type: ignore[union-attr]
+                text: str = fast.root(  # type: ignore[union-attr]
+                    special, template_kwargs or None, chat, schemas, documented, add_generation_prompt, budget
+                )
             except Exception as exc:
                 try:
+                    given = (special, template_kwargs or None, chat, schemas, documented, add_generation_prompt)
+                    variables = _COMPILER.variables_of(given)
                     text = _COMPILER.recover(exc, self._default, variables, self.name, budget)
                 except TemplateRuntimeError as error:
                     if not isinstance(error, TemplateRaisedError):
