@@ -116,6 +116,8 @@ OUTPUT_BOMBS = {
     "{% set ns.x = [ns.x, 1] %}{% endfor %}{{ ns.x|tojson(indent=1000) }}",
     "lipsum": "{{ lipsum(10000000) }}",
     "long output": "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+    "long parts made in a loop": "{% set s = 'x' * 500000 %}{% for i in range(100000) %}{{ s ~ 'y' }}{{ '<' + s }}"
+    "{% endfor %}",
 }
 
 

@@ -55,8 +55,9 @@ NOT_COMPILED = sandbox.NOT_COMPILED
 
 #: short strings and their methods: nothing to pay for (as in the sandbox's own fast path)
 _SHORT = limits.FAST_SIZE
-#: a chain of ``+`` is one Python expression while its operands add up to at most this many characters
-_SHORT_CHAIN = 1 << 20
+#: a chain of ``+`` (or ``~``, or a run of output) is one f-string while its parts add up to at most this
+#: many characters: as with the sandbox's own checks, what is larger is made by limits.add/concat, which pay
+_SHORT_CHAIN = limits.FAST_SIZE
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
 #: ``loop`` attributes a fast loop computes from its index and length
@@ -203,6 +204,13 @@ def _select_attribute(items: Any, attribute: str, test: str, keep: bool, *args: 
             yield item
 
 
+def _output_part(output: list[str], budget: limits.Budget, value: str) -> None:
+    """Append a part of any length (a ``{% call %}`` block's, say) to the output, marking a long one."""
+    if len(value) > _SHORT_CHAIN:
+        budget.long_parts = True
+    output.append(value)
+
+
 def _namespace(attrs: dict[str, Any]) -> sandbox.TemplateNamespace:
     """``namespace(**attrs)`` for names that start with no underscore (the code generator checks them)."""
     for value in attrs.values():
@@ -258,6 +266,7 @@ _RUNTIME: dict[str, Any] = {
     "context": _NoContext(),
     "_cc_call": _call,
     "_cc_namespace": _namespace,
+    "_cc_part": _output_part,
     "_cc_activate": limits._ACTIVE.set,
     "_cc_deactivate": limits._ACTIVE.reset,
     "_cc_method": _call_method,
@@ -482,8 +491,13 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.indent()
         self.writeline("_cc_deactivate(_tok)")
         self.outdent()
-        # the parts are measured before they are joined: they may repeat one long string many times
-        self.writeline("if sum(map(len, _o)) > _b.limits.max_output:")
+        # The parts are measured before they are joined, when they could add up to more than the output
+        # limit: a part longer than _SHORT_CHAIN characters marks the budget, and the others are too short
+        # for that unless there are many (a long string repeated many times would be joined otherwise).
+        self.writeline(
+            f"if (len(_o) > _b.limits.max_output // {_SHORT_CHAIN} or _b.long_parts)"
+            " and sum(map(len, _o)) > _b.limits.max_output:"
+        )
         self.indent()
         self.writeline("_b.check_size(sum(map(len, _o)), 'an output')")
         self.outdent()
@@ -569,8 +583,8 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._assign_stack.pop()
 
     def start_write(self, frame: Frame, node: nodes.Node | None = None) -> None:
-        if frame.buffer == "_o":
-            self.writeline("_w(", node)
+        if frame.buffer == "_o":  # `{% call %}`, `{% filter %}`: a part of any size (see _output_part)
+            self.writeline("_cc_part(_o, _b, ", node)
         else:
             super().start_write(frame, node)
 
@@ -616,13 +630,22 @@ class _FastGenerator(sandbox._CodeGenerator):
         dynamic = [piece for piece in pieces if piece[1] is not None]
         if not dynamic:
             if pieces:
-                self.writeline(f"{write}({''.join(text for text, _, _ in pieces)!r})")
+                text = "".join(text for text, _, _ in pieces)
+                self.writeline(f"{write}({text!r})")
+                if buffer == "_o" and len(text) > _SHORT_CHAIN:
+                    self.writeline("_b.long_parts = True")
             return
         if len(pieces) == 1 and not chains:  # `{{ x }}` alone: appended as it is
-            _, child, kind = pieces[0]
-            self.writeline(f"{write}(" + ("" if kind == "text" else "str("), child)
+            temp, child, kind = pieces[0]
+            self.writeline(f"{temp} = " + ("" if kind == "text" else "str("), child)
             self.visit(child, frame)
-            self.write(")" if kind == "text" else "))")
+            self.write("" if kind == "text" else ")")
+            if buffer == "_o":  # a long part: the output is measured before it is joined
+                self.writeline(f"if len({temp}) > {_SHORT_CHAIN}:")
+                self.indent()
+                self.writeline("_b.long_parts = True")
+                self.outdent()
+            self.writeline(f"{write}({temp})")
             return
         literal = sum(len(text) for text, _, kind in pieces if kind == "lit")
         self.writeline("if (", node)
@@ -655,6 +678,8 @@ class _FastGenerator(sandbox._CodeGenerator):
                 parts.append(value if child is not None else repr(value))
                 at += 1
         self.writeline(f"{buffer}.extend(({', '.join(parts)},))")
+        if buffer == "_o":
+            self.writeline("_b.long_parts = True")
         self.outdent()
 
     def _is_text(self, node: nodes.Node, frame: Frame) -> bool:

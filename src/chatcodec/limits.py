@@ -131,8 +131,10 @@ class Budget:
     emitted = 0
     #: the ``{% generation %}`` spans, when the render tracks them
     spans: list[tuple[int, int]] | None = None
-    #: how much of the output list (``output``) has been measured
+    #: how much of the output list (``output``) has been measured, and whether a compiled render put a
+    #: part longer than FAST_SIZE characters in it (it then measures the whole output before joining it)
     measured = 0
+    long_parts = False
     #: checkpoints so far, and when the render must end (set at the first one)
     ticks = 0
     deadline = math.inf
