@@ -105,6 +105,8 @@ RUNAWAYS = {
     "{{ f('\U0001f600' * 15000000, 90) }}",
     "recursive loop keeps slices": "{% for s in ['\U0001f600' * 15000000] recursive %}{{ loop([s[1:]]) }}{% endfor %}",
     "output bomb": "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}{{ 'y' * 15000000 }}",
+    "namespace keeps many short strings": "{% set ns = namespace(l=[]) %}{% for i in range(10000000) %}"
+    "{% set ns.l = ns.l + [('\U0001f600' * 1000) ~ i] %}{% endfor %}",
 }
 
 CHILD = r"""

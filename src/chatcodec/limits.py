@@ -125,8 +125,9 @@ class Budget:
     #: bytes of large values made so far, and the count at which memory is read next
     alloc = 0
     alloc_check = _FIRST_MEMORY_CHECK
-    #: the process's memory before the render (resident, allocated), estimated at the first reading
-    rss_base: tuple[int, ...] | None = None
+    #: the process's memory before the render (resident; allocated), estimated at the first reading of each
+    rss_base: int | None = None
+    heap_base: int | None = None
     #: characters the root of the template has produced so far; ``{% generation %}`` spans use it
     emitted = 0
     #: the ``{% generation %}`` spans, when the render tracks them
@@ -152,7 +153,9 @@ class Budget:
     def tick(self) -> None:
         """Called when a chunk of steps is used up, or many bytes were made: read the clock and memory.
 
-        Memory is also read every 16 chunks whatever was counted, as many small values add up too.
+        Memory is also read every 16 chunks whatever was counted (from the 4th), as many small values add
+        up too: resident memory then, and what the allocator has handed out from the 20th, a reading that
+        can take milliseconds in a process with a large heap (a loaded tokenizer).
         """
         self.steps = STEP_CHUNK
         self.ticks += 1
@@ -169,8 +172,10 @@ class Budget:
             self.measured = len(output)
             if self.emitted > self.limits.max_output:
                 self.check_size(self.emitted, "an output")
-        if self.alloc >= self.alloc_check or self.ticks & 15 == 1:
-            self._check_memory()
+        if self.alloc >= self.alloc_check:
+            self._check_memory(heap=True)
+        elif self.ticks & 15 == 4:
+            self._check_memory(heap=self.ticks > 16)
 
     def spend(self, steps: int) -> None:
         self.steps -= steps
@@ -203,32 +208,28 @@ class Budget:
             )
         self.spend(count)
 
-    def _check_memory(self) -> None:
+    def _check_memory(self, heap: bool = True) -> None:
         # Two readings, as each can miss growth: resident memory does not grow while the allocator reuses
         # memory it kept from earlier work, and the allocator's own count misses Python's small-object arenas.
-        used = _memory_in_use()
-        if self.rss_base is None:
-            # what the process held before this render, roughly: now, less what the render has made
-            self.rss_base = tuple(u - self.alloc for u in used)
-        grown = max((u - b for u, b in zip(used, self.rss_base, strict=True)), default=self.alloc)
+        # The first of each sets what the process held before this render, roughly: then, less what the
+        # render had made.
+        grown = self.alloc
+        rss = _resident_memory()
+        if rss is not None:
+            if self.rss_base is None:
+                self.rss_base = rss - self.alloc
+            grown = rss - self.rss_base
+        allocated = _allocated() if heap else None
+        if allocated is not None:
+            if self.heap_base is None:
+                self.heap_base = allocated - self.alloc
+            grown = max(grown, allocated - self.heap_base)
         self.alloc_check = self.alloc + self.limits.max_memory // 8
         if grown > self.limits.max_memory:
             raise LimitError(
                 f"The render used more than {self.limits.max_memory // 2**20:,} MiB of memory, the memory"
                 " limit. Raise Limits(max_memory=...) if the input really needs it."
             )
-
-
-def _memory_in_use() -> tuple[int, ...]:
-    """The process's resident memory, and what its C allocator has handed out (where each is known)."""
-    readings = []
-    rss = _resident_memory()
-    if rss is not None:
-        readings.append(rss)
-    heap = _allocated()
-    if heap is not None:
-        readings.append(heap)
-    return tuple(readings)
 
 
 def _resident_memory() -> int | None:
