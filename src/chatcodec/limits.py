@@ -19,8 +19,10 @@ from running forever or filling memory. Every render carries a :class:`Budget` b
   reference more than ``max_output`` characters of strings and items in all, counting every shared
   reference as often as it occurs (:func:`expanded_size`), so printing, comparing or serializing a
   value is bounded by construction;
-* **memory**: large values are counted as they are made; every ``max_memory / 8`` bytes of them, the
-  process's resident memory is read, and a render that grew it by more than ``max_memory`` stops;
+* **memory**: large values are counted as they are made; every ``max_memory / 8`` bytes of them, and
+  every :data:`MEMORY_PERIOD` seconds of a long render (many small values add up too), the process's
+  memory is read, and a render that grew it by more than ``max_memory`` stops. A reading can cost
+  milliseconds in a process with a large heap, so a short render that makes little never pays for one;
 * **recursion**: macros and recursive loops (``loop(...)``) may nest at most ``max_depth`` calls deep;
   Python's own ``RecursionError`` is turned into the same :class:`~chatcodec.LimitError`.
 
@@ -59,6 +61,9 @@ _CHAR_SHIFT = 8
 MAX_INT_BITS = 1 << 18
 #: the first memory reading is taken once the render has made this many bytes of large values
 _FIRST_MEMORY_CHECK = 1 << 20
+#: seconds between memory readings of a render that makes only small values; Python cannot allocate much
+#: more than a few hundred MiB in that time, so the reading still stops a runaway well inside 2x max_memory
+MEMORY_PERIOD = 0.05
 
 _SIZED = (str, bytes, list, tuple)
 
@@ -136,9 +141,10 @@ class Budget:
     #: part longer than FAST_SIZE characters in it (it then measures the whole output before joining it)
     measured = 0
     long_parts = False
-    #: checkpoints so far, and when the render must end (set at the first one)
+    #: checkpoints so far; when the render must end, and when memory is read next (set at the first one)
     ticks = 0
     deadline = math.inf
+    memory_due = math.inf
 
     def __init__(self, limits: Limits, now: datetime | None = None, track_generation: bool = False) -> None:
         self.limits = limits
@@ -153,15 +159,16 @@ class Budget:
     def tick(self) -> None:
         """Called when a chunk of steps is used up, or many bytes were made: read the clock and memory.
 
-        Memory is also read every 16 chunks whatever was counted (from the 4th), as many small values add
-        up too: resident memory then, and what the allocator has handed out from the 20th, a reading that
-        can take milliseconds in a process with a large heap (a loaded tokenizer).
+        Memory is also read every :data:`MEMORY_PERIOD` seconds whatever was counted, as many small values
+        add up too.
         """
         self.steps = STEP_CHUNK
         self.ticks += 1
+        now = time.monotonic()
         if self.ticks == 1:
-            self.deadline = time.monotonic() + self.limits.timeout
-        elif time.monotonic() > self.deadline:
+            self.deadline = now + self.limits.timeout
+            self.memory_due = now + MEMORY_PERIOD
+        elif now > self.deadline:
             raise LimitError(
                 f"The render took longer than {self.limits.timeout:g} s, the time limit. The template loops"
                 " too long for this input; raise Limits(timeout=...) if the input really needs it."
@@ -172,10 +179,9 @@ class Budget:
             self.measured = len(output)
             if self.emitted > self.limits.max_output:
                 self.check_size(self.emitted, "an output")
-        if self.alloc >= self.alloc_check:
-            self._check_memory(heap=True)
-        elif self.ticks & 15 == 4:
-            self._check_memory(heap=self.ticks > 16)
+        if self.alloc >= self.alloc_check or now >= self.memory_due:
+            self.memory_due = now + MEMORY_PERIOD
+            self._check_memory()
 
     def spend(self, steps: int) -> None:
         self.steps -= steps
@@ -208,7 +214,7 @@ class Budget:
             )
         self.spend(count)
 
-    def _check_memory(self, heap: bool = True) -> None:
+    def _check_memory(self) -> None:
         # Two readings, as each can miss growth: resident memory does not grow while the allocator reuses
         # memory it kept from earlier work, and the allocator's own count misses Python's small-object arenas.
         # The first of each sets what the process held before this render, roughly: then, less what the
@@ -219,7 +225,7 @@ class Budget:
             if self.rss_base is None:
                 self.rss_base = rss - self.alloc
             grown = rss - self.rss_base
-        allocated = _allocated() if heap else None
+        allocated = _allocated()
         if allocated is not None:
             if self.heap_base is None:
                 self.heap_base = allocated - self.alloc
