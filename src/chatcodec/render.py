@@ -362,18 +362,29 @@ def plain(value: Any) -> Any:
 
 
 def _plain_copy(value: Any) -> Any:
-    """:func:`plain` of a value that is not plain itself: a copy, sharing the parts that are."""
+    """:func:`plain` of a value that is not plain itself: a copy, sharing the parts that are.
+
+    Recursive, one frame per level as transformers' own conversion (a value nested too deeply, or holding
+    itself, ends in RecursionError), and not walked again at every level.
+    """
     kind = type(value)
+    if kind in _SCALARS:
+        return value
     if kind is dict:
-        return {plain(k): plain(v) for k, v in value.items()}
+        for k, v in value.items():
+            if type(k) is not str or (type(v) not in _SCALARS and _plain_copy(v) is not v):
+                return {_plain_copy(k): _plain_copy(v) for k, v in value.items()}
+        return value
     if kind is list:
-        return [plain(v) for v in value]
+        for v in value:
+            if type(v) not in _SCALARS and _plain_copy(v) is not v:
+                return [_plain_copy(v) for v in value]
+        return value
     return _convert(value)
 
 
-#: nesting levels and containers :func:`_all_plain` looks at before it leaves the question to the
-#: recursive copy (which also turns a value holding itself into RecursionError)
-_PLAIN_LEVELS = 256
+#: containers :func:`_all_plain` looks at before it leaves the question to the recursive copy (which
+#: also turns a value holding itself into RecursionError)
 _PLAIN_CONTAINERS = 1 << 16
 
 
@@ -388,7 +399,7 @@ def _all_plain(containers: list[Any]) -> bool:
     """
     level = containers
     seen = 0
-    for _ in range(_PLAIN_LEVELS):
+    while True:
         seen += len(level)
         if seen > _PLAIN_CONTAINERS:
             return False
@@ -418,7 +429,6 @@ def _all_plain(containers: list[Any]) -> bool:
         if not nested:
             return True
         level = nested
-    return False
 
 
 def _convert(value: Any) -> Any:
