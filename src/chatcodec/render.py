@@ -383,8 +383,10 @@ def _plain_copy(value: Any) -> Any:
     return _convert(value)
 
 
-#: containers :func:`_all_plain` looks at before it leaves the question to the recursive copy (which
-#: also turns a value holding itself into RecursionError)
+#: nesting levels and containers :func:`_all_plain` looks at before it leaves the question to the
+#: recursive copy, which nests as deeply as transformers' own conversion can (deeper is RecursionError,
+#: and so is a value that holds itself)
+_PLAIN_LEVELS = 256
 _PLAIN_CONTAINERS = 1 << 16
 
 
@@ -399,7 +401,7 @@ def _all_plain(containers: list[Any]) -> bool:
     """
     level = containers
     seen = 0
-    while True:
+    for _ in range(_PLAIN_LEVELS):
         seen += len(level)
         if seen > _PLAIN_CONTAINERS:
             return False
@@ -429,6 +431,7 @@ def _all_plain(containers: list[Any]) -> bool:
         if not nested:
             return True
         level = nested
+    return False
 
 
 def _convert(value: Any) -> Any:
