@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import signal
+import sys
 import threading
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -101,6 +104,38 @@ def test_a_loop_reads_the_clock_while_it_runs(monkeypatch: pytest.MonkeyPatch) -
     heavy = sandbox.compile_template("{% for x in items %}{{ (x ~ 'a')|upper|lower|trim|length }}{% endfor %}")
     sandbox.run(heavy, {"items": list(range(50000))}, budget=budgets.Budget(Limits()))
     assert len(ticks) >= 5 * 50000 // budgets.STEP_CHUNK - 1  # five operations per item weigh five steps
+
+
+def test_renders_in_threads_sharing_a_context_each_use_their_own_budget() -> None:
+    # Each render's budget carries its clock (what strftime_now reads). Threads that run copies of one
+    # context (as tools' calls do) render at once, switching threads as often as Python can: a render
+    # that found another thread's budget active would write that thread's year.
+    template = ChatTemplate("{% for m in messages %}{{ strftime_now('%Y') }}{% endfor %}")
+    chat = USER * 50
+    assert template.render(chat, now=datetime(1999, 1, 1)) == "1999" * 50  # this thread's record exists now
+    context = contextvars.copy_context()
+    wrong: list[str] = []
+
+    def renders(year: int) -> None:
+        for _ in range(200):
+            text = template.render(chat, now=datetime(year, 1, 1))
+            if text != str(year) * 50:
+                wrong.append(text)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=context.copy().run, args=(renders, year)) for year in (2001, 2002)]
+        threads.append(threading.Thread(target=context.run, args=(renders, 2003)))
+        for thread in threads:
+            thread.start()
+        renders(2004)
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not wrong
+    assert budgets.current().budget is None  # nothing left active here after the renders
 
 
 def test_str_methods_refuse_what_would_explode() -> None:

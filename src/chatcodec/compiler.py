@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
+from threading import get_ident
 from types import MethodType
 from typing import Any
 
@@ -267,8 +268,9 @@ _RUNTIME: dict[str, Any] = {
     "_cc_call": _call,
     "_cc_namespace": _namespace,
     "_cc_part": _output_part,
-    "_cc_activate": limits._ACTIVE.set,
-    "_cc_deactivate": limits._ACTIVE.reset,
+    "_cc_state": limits._ACTIVE.get,
+    "_cc_thread": get_ident,
+    "_cc_current": limits.current,
     "_cc_method": _call_method,
     "_cc_getattr": environment.fast_getattr,
     "_cc_getitem": environment.fast_getitem,
@@ -471,7 +473,14 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.indent()
         self.writeline("_b.output = _o = []")
         self.writeline("_w = _o.append")
-        self.writeline("_tok = _cc_activate(_b)")
+        # the budget made active (limits.activate, inline): this context's record of it, if it is this thread's
+        self.writeline("_h = _cc_state(None)")
+        self.writeline("if _h is None or _h.thread != _cc_thread():")
+        self.indent()
+        self.writeline("_h = _cc_current()")
+        self.outdent()
+        self.writeline("_p = _h.budget")
+        self.writeline("_h.budget = _b")
         self.writeline("try:")
         self.indent()
         self.writeline(_RESOLVES)  # filled in below, once every frame is known
@@ -489,7 +498,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.outdent()
         self.writeline("finally:")
         self.indent()
-        self.writeline("_cc_deactivate(_tok)")
+        self.writeline("_h.budget = _p")
         self.outdent()
         # The parts are measured before they are joined, when they could add up to more than the output
         # limit: a part longer than _SHORT_CHAIN characters marks the budget, and the others are too short

@@ -44,6 +44,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from functools import wraps
+from threading import get_ident
 from typing import Any
 
 from jinja2.filters import make_attrgetter
@@ -293,32 +294,63 @@ except (AttributeError, ValueError, OSError):  # pragma: no cover - not a POSIX 
     _PAGE_SIZE = 4096
 
 
-_ACTIVE: ContextVar[Budget] = ContextVar("chatcodec_budget")
+class _Active:
+    """The budget of the render running in a context: one per context and thread.
+
+    Renders in one thread never interleave (they do not wait on anything), so making a budget active is
+    two attribute writes on this record rather than a new value of the context variable per render. A
+    context copied to another thread (``contextvars.copy_context``, as tools' calls are run) gets its own
+    record at its first render there, so two threads never share one.
+    """
+
+    __slots__ = ("budget", "thread")
+
+    def __init__(self) -> None:
+        #: the active budget (None between renders)
+        self.budget: Budget = None  # type: ignore[assignment]
+        self.thread = get_ident()
+
+
+_ACTIVE: ContextVar[_Active] = ContextVar("chatcodec_budget")
+
+
+def current() -> _Active:
+    """This context's record of the active budget, made on first use in this thread."""
+    state = _ACTIVE.get(None)
+    if state is None or state.thread != get_ident():
+        state = _Active()
+        _ACTIVE.set(state)
+    return state
 
 
 def active() -> Budget:
     """The budget of the render running in this context."""
-    return _ACTIVE.get()
+    return _ACTIVE.get().budget
 
 
 def activate(budget: Budget) -> Any:
     """Make ``budget`` the active one; returns a token for :func:`deactivate`."""
-    return _ACTIVE.set(budget)
+    state = current()
+    previous = state.budget
+    state.budget = budget
+    return state, previous
 
 
 def deactivate(token: Any) -> None:
-    _ACTIVE.reset(token)
+    """Make the budget that was active before :func:`activate` gave ``token`` active again."""
+    state, previous = token
+    state.budget = previous
 
 
 def check_size(size: int, what: str = "a value", nbytes: int = 0) -> None:
     """Refuse to build ``what`` of ``size`` characters or items (``nbytes`` bytes) if over the limit; pay if large."""
     if size > FAST_SIZE:
-        _ACTIVE.get().big(size, what, nbytes or size)
+        _ACTIVE.get().budget.big(size, what, nbytes or size)
 
 
 def spend(steps: int) -> None:
     """Pay ``steps`` steps (a checkpoint the sandbox puts in long stretches of template code)."""
-    budget = _ACTIVE.get()
+    budget = _ACTIVE.get().budget
     budget.steps -= steps
     if budget.steps <= 0:
         budget.tick()
@@ -326,7 +358,7 @@ def spend(steps: int) -> None:
 
 def _touch(size: int) -> None:
     """Pay for reading ``size`` characters or items (called only when ``size > FAST_SIZE``)."""
-    budget = _ACTIVE.get()
+    budget = _ACTIVE.get().budget
     budget.steps -= size >> _CHAR_SHIFT
     if budget.steps <= 0:
         budget.tick()
@@ -338,7 +370,7 @@ def _made(value: Any, what: str) -> Any:
     if kind is str or kind is list or kind is tuple or kind is dict or isinstance(value, _SIZED):
         size = len(value)
         if size > FAST_SIZE:
-            _ACTIVE.get().big(size, what, _bytes(value))
+            _ACTIVE.get().budget.big(size, what, _bytes(value))
     return value
 
 
@@ -360,7 +392,7 @@ def counted(iterable: Iterable[Any], weight: int = 1) -> Iterable[Any]:
     anything longer, and other iterables (filter results), are wrapped to spend as they go, so that the
     clock is read during the loop and not only before it.
     """
-    budget = _ACTIVE.get()
+    budget = _ACTIVE.get().budget
     if type(iterable) in _SIZED_ITERABLES:
         cost = (len(iterable) + 1) * weight  # type: ignore[arg-type]
         if cost <= STEP_CHUNK:
@@ -385,7 +417,7 @@ def counted_input(value: Any, what: str) -> Any:
     Iterators (the results of other filters) are wrapped to pay per item as they are produced; anything
     else is returned as it is, so the filter behaves exactly as it would on its own.
     """
-    budget = _ACTIVE.get()
+    budget = _ACTIVE.get().budget
     if isinstance(value, Iterator):
         return _counted_items(value, budget, 1)
     try:
@@ -406,7 +438,7 @@ def too_deep(budget: Budget) -> None:
 
 def enter_recursion(weight: int = 1) -> Budget:
     """A macro call or a recursive ``loop(...)``: one level deeper, and ``weight`` steps."""
-    budget = _ACTIVE.get()
+    budget = _ACTIVE.get().budget
     budget.depth += 1
     if budget.depth > budget.limits.max_depth:
         too_deep(budget)
@@ -490,7 +522,7 @@ def _items(node: Any) -> Sequence[Any]:
 
 def check_expanded(value: Any, what: str) -> Any:
     """Refuse ``value`` if it references more than ``max_output`` characters in all; return it."""
-    budget = _ACTIVE.get()
+    budget = _ACTIVE.get().budget
     limit = budget.limits.max_output
     work = [0]
     size = expanded_size(value, limit, work)
@@ -545,7 +577,7 @@ def add(left: Any, right: Any) -> Any:
     if left.__class__ is str and right.__class__ is str:
         size = len(left) + len(right)
         if size > FAST_SIZE:
-            _ACTIVE.get().big(size, "a string", size)
+            _ACTIVE.get().budget.big(size, "a string", size)
         return left + right
     if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
         check_size(len(left) + len(right), "a list")
@@ -575,7 +607,7 @@ def _repeat(value: Any, times: int) -> Any:
     if times > 1:
         check_size(len(value) * times, "a repeated string or list", _bytes(value) * times)
         if not isinstance(value, (str, bytes)):
-            limit = _ACTIVE.get().limits.max_output
+            limit = _ACTIVE.get().budget.limits.max_output
             if expanded_size(value, limit // times + 1) * times > limit:
                 raise LimitError(
                     f"The template tried to repeat a list that would hold more than {limit:,} characters and items"
@@ -611,7 +643,7 @@ def _shown_size(value: Any) -> int:
     if isinstance(value, str):
         return len(value)
     if value.__class__ in EXPANDABLE:
-        return expanded_size(value, _ACTIVE.get().limits.max_output + 1)
+        return expanded_size(value, _ACTIVE.get().budget.limits.max_output + 1)
     return 24
 
 
@@ -658,7 +690,7 @@ def mod(left: Any, right: Any) -> Any:
     if isinstance(left, (str, bytes)):
         text = left if isinstance(left, str) else left.decode("latin-1")
         if "%" in text:
-            check_size(percent_size(text, right, _ACTIVE.get().limits.max_output), "a formatted string")
+            check_size(percent_size(text, right, _ACTIVE.get().budget.limits.max_output), "a formatted string")
     elif isinstance(left, int) and isinstance(right, int):
         pass  # the result is no longer than the operands
     return left % right
@@ -668,7 +700,7 @@ def concat(parts: Iterable[Any]) -> str:
     """The ``~`` operator: join the string forms of ``parts``."""
     result = "".join(map(str, parts))
     if len(result) > FAST_SIZE:
-        _ACTIVE.get().big(len(result), "a string", sys.getsizeof(result))
+        _ACTIVE.get().budget.big(len(result), "a string", sys.getsizeof(result))
     return result
 
 
@@ -764,7 +796,7 @@ def format_field(value: Any, spec: str) -> Any:
             check_size(widest, "a formatted field")
     result = format(value, spec)
     if len(result) > FAST_SIZE:
-        _ACTIVE.get().big(len(result), "a formatted field", sys.getsizeof(result))
+        _ACTIVE.get().budget.big(len(result), "a formatted field", sys.getsizeof(result))
     return result
 
 
@@ -810,7 +842,7 @@ def check_str_method(text: Any, name: str, args: tuple[Any, ...], kwargs: dict[s
         _touch(size)
     if name in ("strip", "lstrip", "rstrip") and args and isinstance(args[0], (str, bytes)) and len(args[0]) > 64:
         # each character of the text is looked up in the characters to strip: quadratic in the worst case
-        _ACTIVE.get().check_items(len(text) * len(args[0]) >> 14, f"str.{name} with {len(args[0]):,} characters")
+        _ACTIVE.get().budget.check_items(len(text) * len(args[0]) >> 14, f"str.{name} with {len(args[0]):,} characters")
     elif name in ("ljust", "rjust", "center", "zfill") and args:
         check_size(_largest_int(args[:1]), "a padded string")
     elif name == "expandtabs":
@@ -893,7 +925,7 @@ def _text_guard(original: Callable[..., Any], name: str) -> Callable[..., Any]:
             value = args[at]
             size = len(value) if isinstance(value, str) else _shown_size(value)
             if size > FAST_SIZE:
-                _ACTIVE.get().check_items(size, what)
+                _ACTIVE.get().budget.check_items(size, what)
         return _made(original(*args, **kwargs), f"the result of {what}")
 
     return checked
@@ -901,7 +933,7 @@ def _text_guard(original: Callable[..., Any], name: str) -> Callable[..., Any]:
 
 def _fill_cost(fill: Any, count: int) -> None:
     if fill is not None and count > 1 and (fill.__class__ in EXPANDABLE or isinstance(fill, _SIZED)):
-        limit = _ACTIVE.get().limits.max_output
+        limit = _ACTIVE.get().budget.limits.max_output
         if _shown_size(fill) * count > limit:
             raise LimitError(f"The template tried to repeat a fill value more than {limit:,} characters in all.")
 
@@ -954,7 +986,7 @@ def guard_filters(filters: dict[str, Callable[..., Any]]) -> None:
 
     def slices(value: Any, slices: Any = 0, fill_with: Any = None, *_: Any, **__: Any) -> None:
         if isinstance(slices, int):
-            _ACTIVE.get().check_items(slices, "|slice")
+            _ACTIVE.get().budget.check_items(slices, "|slice")
             _fill_cost(fill_with, slices)
 
     def wordwrap(s: Any, width: Any = 79, _b: Any = True, wrapstring: Any = None, *_: Any, **kw: Any) -> None:
@@ -966,7 +998,7 @@ def guard_filters(filters: dict[str, Callable[..., Any]]) -> None:
 
     def format_args(value: Any, *args: Any, **kwargs: Any) -> None:
         if isinstance(value, str):
-            limit = _ACTIVE.get().limits.max_output
+            limit = _ACTIVE.get().budget.limits.max_output
             check_size(percent_size(value, kwargs or args, limit), "the result of |format")
 
     original_join = original["join"]
@@ -1004,7 +1036,7 @@ def guard_filters(filters: dict[str, Callable[..., Any]]) -> None:
 
     @wraps(original_map)
     def checked_map(context: Any, value: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        budget = _ACTIVE.get()
+        budget = _ACTIVE.get().budget
         limit = budget.limits.max_output
         held = 0
         for item in original_map(context, counted_input(value, "|map"), *args, **kwargs):
@@ -1020,7 +1052,7 @@ def guard_filters(filters: dict[str, Callable[..., Any]]) -> None:
     def pprint(value: Any) -> None:
         size = _shown_size(value)
         if size > FAST_SIZE:
-            budget = _ACTIVE.get()
+            budget = _ACTIVE.get().budget
             budget.check_items(size // 4, "|pprint")
 
     for name, plain in original.items():
@@ -1099,7 +1131,7 @@ def check_json_layout(value: Any, indent: Any, separators: Any) -> None:
     per_line = len(indent) if isinstance(indent, str) else indent if isinstance(indent, int) else 0
     per_item = per_line + sum(len(s) for s in separators or () if isinstance(s, str))
     if per_item:
-        budget = _ACTIVE.get()
+        budget = _ACTIVE.get().budget
         check_size(_json_layout_size(value, per_item, budget.limits.max_output), "the result of |tojson")
 
 
