@@ -69,6 +69,8 @@ class ChatTemplate:
         self.limits = limits or DEFAULT_LIMITS
         self._compiled: dict[str, sandbox.Compiled] = {}
         self._capabilities: Capabilities | None = None
+        #: the compiled default template, once a render has made it: ChatTemplate.render's short way
+        self._fast: Any = None
         if "default" in self._sources:
             self._default = self._compile("default")  # report syntax errors now, not at the first render
 
@@ -119,28 +121,36 @@ class ChatTemplate:
         applies what it lacks, a set of names those rewrites (:mod:`chatcodec.polyfills`); the default
         renders exactly. Other keyword arguments (``enable_thinking=False``, ...) become template variables.
         """
-        fast = self._default.fast if self._only_default else None
+        fast = self._fast
         if (
-            polyfill is False
-            and chat_template is None
-            and type(fast) is _FAST_TEMPLATE
-            and type(messages) is list
+            fast is not None
+            and messages.__class__ is list
             and messages
-            and (now is None or type(now) is datetime)
+            and polyfill is False
+            and chat_template is None
+            and (now is None or now.__class__ is datetime)
             and not (continue_final_message and add_generation_prompt)
             and not self.limits.isolate
         ):
             # The common render, the short way: what _render does (in the same order) without the options
             # it does not use, and the compiled template called directly (as compiler.render would).
-            reads = fast.names  # type: ignore[union-attr]
             try:
-                chat = _normalize_messages(messages)
+                chat = messages
+                for message in messages:
+                    if message.__class__ is dict and len(message) == 2:
+                        try:
+                            if message["content"].__class__ is str and message["role"].__class__ is str:
+                                continue  # the common message, {"role": str, "content": str}: shared as it is
+                        except KeyError:
+                            pass
+                    chat = _normalized_mixed(messages)
+                    break
                 if template_kwargs:
                     for value in template_kwargs.values():
                         if value.__class__ not in _SCALARS:
                             template_kwargs = plain(template_kwargs)
                             break
-                schemas = None if tools is None else _tool_schemas(tools, "tools" in reads)
+                schemas = None if tools is None else _tool_schemas(tools, "tools" in fast.names)
                 documented = None if documents is None else _documents(documents)
             except RecursionError:
                 raise InputError(_TOO_DEEP) from None
@@ -151,7 +161,7 @@ class ChatTemplate:
             budget = Budget(self.limits, now)
             special = self.special_tokens
             try:
-                text: str = fast.root(  # type: ignore[union-attr]
+                text: str = fast.root(
                     special, template_kwargs or None, chat, schemas, documented, add_generation_prompt, budget
                 )
             except Exception as exc:
@@ -168,6 +178,8 @@ class ChatTemplate:
             messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
             template_kwargs, track_generation=False, polyfill=polyfill,
         )  # fmt: skip
+        if self._fast is None and self._only_default and type(self._default.fast) is _FAST_TEMPLATE:
+            self._fast = self._default.fast  # compiled by that render: later ones take the short way
         return text
 
     def render_with_report(
