@@ -150,7 +150,7 @@ def prepared(template: Any, messages: Any, tools: Any, options: dict[str, Any]) 
     original = fast.root
 
     def spy(*given: Any) -> str:
-        seen.append(compiler.variables_of(given[:-1]))
+        seen.append(compiler.variables_of(given[:6]))
         return original(*given)  # type: ignore[no-any-return]
 
     fast.root = spy

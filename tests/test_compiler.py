@@ -39,7 +39,7 @@ def variables_of(template: ChatTemplate, messages: Any, **options: Any) -> dict[
     original = fast.root
 
     def spy(*given: Any) -> str:
-        seen.append(compiler.variables_of(given[:-1]))  # type: ignore[arg-type]
+        seen.append(compiler.variables_of(given[:6]))  # type: ignore[arg-type]
         return original(*given)  # type: ignore[no-any-return]
 
     fast.root = spy

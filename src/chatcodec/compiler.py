@@ -268,7 +268,7 @@ _RUNTIME: dict[str, Any] = {
     "_cc_call": _call,
     "_cc_namespace": _namespace,
     "_cc_part": _output_part,
-    "_cc_state": limits._ACTIVE.get,
+    "_cc_state": limits.recorded,
     "_cc_thread": get_ident,
     "_cc_current": limits.current,
     "_cc_method": _call_method,
@@ -469,16 +469,19 @@ class _FastGenerator(sandbox._CodeGenerator):
             if isinstance(macro, nodes.Macro) and macro.name in self._direct_candidates:
                 self._direct[macro.name] = (f"{frame.symbols.ref(macro.name)}_fn", [a.name for a in macro.args])
         # root(variables, budget) -> the output: the budget made active and its output measured as it grows
-        self.writeline("def root(_s, _k, _m, _t, _d, _a, _b):", extra=1)
+        self.writeline("def root(_s, _k, _m, _t, _d, _a, _b, _h=None):", extra=1)
         self.indent()
         self.writeline("_b.output = _o = []")
         self.writeline("_w = _o.append")
-        # the budget made active (limits.activate, inline): this context's record of it, if it is this thread's
+        # the budget made active (limits.activate, inline) in this context's record of it (limits.current),
+        # which the caller may pass
+        self.writeline("if _h is None:")
+        self.indent()
         self.writeline("_h = _cc_state(None)")
         self.writeline("if _h is None or _h.thread != _cc_thread():")
         self.indent()
         self.writeline("_h = _cc_current()")
-        self.outdent()
+        self.outdent(2)
         self.writeline("_p = _h.budget")
         self.writeline("_h.budget = _b")
         self.writeline("try:")

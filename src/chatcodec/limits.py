@@ -157,6 +157,12 @@ class Budget:
         if track_generation:
             self.spans = []
 
+    def renew(self) -> None:
+        """Forget what was spent, for the next render of the thread (the caller sets ``limits`` and ``now``)."""
+        self.__dict__.clear()
+        self.steps = STEP_CHUNK
+        self.output = None
+
     def tick(self) -> None:
         """Called when a chunk of steps is used up, or many bytes were made: read the clock and memory.
 
@@ -303,15 +309,21 @@ class _Active:
     record at its first render there, so two threads never share one.
     """
 
-    __slots__ = ("budget", "thread")
+    __slots__ = ("budget", "spare", "thread")
 
     def __init__(self) -> None:
         #: the active budget (None between renders)
         self.budget: Budget = None  # type: ignore[assignment]
+        #: a budget no render uses, renewed (:meth:`Budget.renew`): the next render of the thread takes it
+        self.spare: Budget | None = None
         self.thread = get_ident()
 
 
 _ACTIVE: ContextVar[_Active] = ContextVar("chatcodec_budget")
+
+
+#: this context's record of the active budget, or the default given (None): ``current()`` without its checks
+recorded = _ACTIVE.get
 
 
 def current() -> _Active:

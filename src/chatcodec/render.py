@@ -19,12 +19,15 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from threading import get_ident
 from typing import Any
 
 from . import polyfills, sandbox
 from .capabilities import Capabilities, probe
 from .exceptions import InputError, TemplateNotFoundError, TemplateRaisedError, TemplateRuntimeError
 from .limits import DEFAULT_LIMITS, Budget, Limits
+from .limits import current as _current_state
+from .limits import recorded as _active_state
 
 __all__ = ["ChatTemplate"]
 
@@ -158,11 +161,21 @@ class ChatTemplate:
             if continue_final_message:
                 chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
                 continued = _tag_final_message(chat, continue_final_message, self._sources["default"])
-            budget = Budget(self.limits, now)
+            # this thread's budget from its last short render, renewed, else a new one (limits.current)
+            state = _active_state(None)
+            if state is None or state.thread != get_ident():
+                state = _current_state()
+            budget = state.spare
+            if budget is None:
+                budget = Budget(self.limits, now)
+            else:
+                state.spare = None  # a render nested in this one makes its own
+                budget.limits = self.limits
+                budget.now = now
             special = self.special_tokens
             try:
                 text: str = fast.root(
-                    special, template_kwargs or None, chat, schemas, documented, add_generation_prompt, budget
+                    special, template_kwargs or None, chat, schemas, documented, add_generation_prompt, budget, state
                 )
             except Exception as exc:
                 try:
@@ -173,6 +186,9 @@ class ChatTemplate:
                     if not isinstance(error, TemplateRaisedError):
                         _point_at_input(error, chat, messages)
                     raise
+            else:
+                budget.renew()
+                state.spare = budget
             return text if continued is None else _cut_at_tag(text, continued)
         text, _, _ = self._render(
             messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
