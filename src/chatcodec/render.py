@@ -19,7 +19,6 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from threading import get_ident
 from typing import Any
 
 from . import polyfills, sandbox
@@ -27,7 +26,6 @@ from .capabilities import Capabilities, probe
 from .exceptions import InputError, TemplateNotFoundError, TemplateRaisedError, TemplateRuntimeError
 from .limits import DEFAULT_LIMITS, Budget, Limits
 from .limits import current as _current_state
-from .limits import recorded as _active_state
 
 __all__ = ["ChatTemplate"]
 
@@ -138,16 +136,7 @@ class ChatTemplate:
             # The common render, the short way: what _render does (in the same order) without the options
             # it does not use, and the compiled template called directly (as compiler.render would).
             try:
-                chat = messages
-                for message in messages:
-                    if message.__class__ is dict and len(message) == 2:
-                        try:
-                            if message["content"].__class__ is str and message["role"].__class__ is str:
-                                continue  # the common message, {"role": str, "content": str}: shared as it is
-                        except KeyError:
-                            pass
-                    chat = _normalized_mixed(messages)
-                    break
+                chat = _normalize_messages(messages)  # plain messages are shared as they are
                 if template_kwargs:
                     for value in template_kwargs.values():
                         if value.__class__ not in _SCALARS:
@@ -162,9 +151,7 @@ class ChatTemplate:
                 chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
                 continued = _tag_final_message(chat, continue_final_message, self._sources["default"])
             # this thread's budget from its last short render, renewed, else a new one (limits.current)
-            state = _active_state(None)
-            if state is None or state.thread != get_ident():
-                state = _current_state()
+            state = _current_state()
             budget = state.spare
             if budget is None:
                 budget = Budget(self.limits, now)
