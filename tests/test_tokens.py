@@ -524,3 +524,45 @@ def test_with_template_gives_a_bare_template_the_tokenizers_special_tokens() -> 
     assert paired.template.render(chat) == "<|begin_of_text|>" + bare.render(chat)
     own = ChatTemplate(bare.sources, special_tokens={"bos_token": "<s>"})
     assert codec.with_template(own).template.special_tokens == {"bos_token": "<s>"}
+
+
+class _CountingEncoding:
+    """A tokenizers ``Encoding`` that counts how often its offsets are read."""
+
+    reads = 0
+
+    def __init__(self, encoding: Any) -> None:
+        self.ids = encoding.ids
+        self._encoding = encoding
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        _CountingEncoding.reads += 1
+        return list(self._encoding.offsets)
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_stretches_encoded_together_read_their_offsets_once(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    codec = load(TOKENIZERS / name)  # a fresh cache: every stretch of the first prompt is new
+    vocab = codec._vocab
+    assert vocab is not None
+    joiner = vocab.joiner
+    encode = joiner.encode
+
+    class Counting:
+        def __getattr__(self, attribute: str) -> Any:
+            return getattr(joiner, attribute)
+
+        def encode(self, text: str, add_special_tokens: bool = True) -> _CountingEncoding:
+            return _CountingEncoding(encode(text, add_special_tokens=add_special_tokens))
+
+    monkeypatch.setattr(vocab, "joiner", Counting())
+    _CountingEncoding.reads = 0
+    messages = list(conversations()["long_20_turn"]["messages"])
+    hf = _transformers(name)
+    for chat in (messages[:6], messages):  # the second reuses the first's stretches from the cache
+        enc = codec.encode(chat)
+        rendered = codec.template.render(chat)
+        assert enc.input_ids == hf(rendered, add_special_tokens=False)["input_ids"]
+        assert enc.offsets == vocab.full.encode(rendered, add_special_tokens=False).offsets
+    assert _CountingEncoding.reads == 2  # one joined encode per prompt, its offsets read once for all its runs

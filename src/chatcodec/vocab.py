@@ -452,6 +452,7 @@ class Vocabulary:
             position += len(text)
         encoding = _encode(self.joiner, "".join(parts))
         ids = encoding.ids
+        shared = _Joined(encoding)
         separator = self._separator_id
         at = 0
         for index, key in enumerate(keys):
@@ -461,7 +462,7 @@ class Vocabulary:
                 end = ids.index(separator, at)
             except ValueError:
                 end = len(ids)
-            fresh[key] = (ids[at:end], encoding, at, leads[index])
+            fresh[key] = (ids[at:end], shared, at, leads[index])
             at = end
 
     def _tokenize_whole(
@@ -600,6 +601,24 @@ class _Split:
 
     def finditer(self, string: str, pos: int = 0) -> Iterator[TokenMatch]:
         return self._split(string, pos)
+
+
+class _Joined:
+    """The encoding of stretches joined in one call, which their runs share (cached, across prompts too): its
+    offsets are read once, as each read of a tokenizers ``Encoding.offsets`` builds the whole list again."""
+
+    __slots__ = ("_encoding", "_offsets")
+
+    def __init__(self, encoding: Any) -> None:
+        self._encoding = encoding
+        self._offsets: list[tuple[int, int]] | None = None
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        if self._offsets is None:
+            self._offsets = self._encoding.offsets
+            self._encoding = None  # only the offsets are read from it: the encoding itself can go
+        return self._offsets
 
 
 class _Spans:
