@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .exceptions import ChatcodecError, InputError, MaskError
 from .render import plain
+from .vocab import common_prefix
 
 if TYPE_CHECKING:
     from .tokens import Codec, Encoding
@@ -266,11 +267,7 @@ def _generation_header(codec: Codec, chat: list[Any], roles: list[str | None], o
         with_prompt = codec.template.render(prefix, **{**bare, "add_generation_prompt": True})
     except ChatcodecError:
         return None
-    common = 0
-    limit = min(len(without), len(with_prompt))
-    while common < limit and without[common] == with_prompt[common]:
-        common += 1
-    return with_prompt[common:]
+    return with_prompt[common_prefix(without, with_prompt) :]
 
 
 def _header_cuts(header: str, added: re.Pattern[str]) -> list[int]:
