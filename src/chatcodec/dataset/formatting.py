@@ -21,6 +21,7 @@ from ..exceptions import (
     SpecialTokenError,
     TemplateError,
 )
+from ..history import History
 from ..polyfills import Polyfill
 from ..render import ChatTemplate
 from ..templates import load_template
@@ -155,6 +156,7 @@ class Formatter:
                 # a bare .jinja file knows no special tokens: the tokenizer folder's fill what it lacks
                 template.special_tokens = {**codec.template.special_tokens, **template.special_tokens}
                 codec = codec.with_template(template)
+            codec.history = History(entries=0)  # rows are one-shot: none is the next turn of another
             self._codec = codec
         return self._codec
 
