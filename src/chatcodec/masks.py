@@ -37,7 +37,7 @@ from .vocab import common_prefix
 if TYPE_CHECKING:
     from .tokens import Codec, Encoding
 
-__all__ = ["Layout", "assistant_mask", "layout", "message_token_spans"]
+__all__ = ["Layout", "assistant_mask", "has_generation_tags", "layout", "message_token_spans"]
 
 _MARK_FIRST, _MARK_LAST = 0xF0000, 0xFFFFD
 _MARK_RANGE = re.compile("[\U000f0000-\U000ffffd]")
@@ -93,9 +93,16 @@ class Layout:
 
 
 def layout(
-    codec: Codec, messages: Any, options: dict[str, Any], rendered: str, escapes: dict[str, str], text: str
+    codec: Codec,
+    messages: Any,
+    options: dict[str, Any],
+    rendered: str,
+    escapes: dict[str, str],
+    text: str,
+    spans: list[tuple[int, int]] | None = None,
 ) -> Layout:
-    """Render once more with marked content and read where every message landed."""
+    """Where every message landed: the ``{% generation %}`` spans of a tagged template (``spans``, when the
+    encode's render tracked them, else from a render of its own), or the anchors of a marked render."""
     vocab = codec._require_tokenizer()
     special_texts = set(vocab.special) | {t for t in codec.template.special_tokens.values() if t in vocab.added}
     special = _alternation(frozenset(special_texts))
@@ -104,11 +111,13 @@ def layout(
     roles = [m.get("role") if isinstance(m, dict) and isinstance(m.get("role"), str) else None for m in chat]
 
     generation_spans = None
-    if any(_GENERATION_TAG.search(source) for source in codec.template.sources.values()):
+    if has_generation_tags(tuple(codec.template.sources.values())):
         if options.get("continue_final_message"):
             raise InputError("continue_final_message is not compatible with return_assistant_tokens_mask.")
-        span_options = {k: v for k, v in options.items() if k != "continue_final_message"}
-        spanned, spans = codec.template.render_spans(chat, **span_options)
+        spanned = rendered
+        if spans is None:
+            span_options = {k: v for k, v in options.items() if k != "continue_final_message"}
+            spanned, spans = codec.template.render_spans(chat, **span_options)
         expand = _expander(spanned, escapes)
         generation_spans = [(expand(s), expand(e)) for s, e in spans]
 
@@ -124,6 +133,16 @@ def layout(
         return anchors, failure, _generation_header(codec, chat, roles, options)
 
     return Layout(text, roles, generation_spans, special, added, locate)
+
+
+@lru_cache(maxsize=64)
+def has_generation_tags(sources: tuple[str, ...]) -> bool:
+    """Whether a template's sources hold ``{% generation %}`` blocks (then they decide the mask).
+
+    >>> has_generation_tags(("{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}",))
+    True
+    """
+    return any(_GENERATION_TAG.search(source) for source in sources)
 
 
 # --- the marked render -----------------------------------------------------------------------------------

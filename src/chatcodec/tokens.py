@@ -276,8 +276,10 @@ class Codec:
         )  # fmt: skip
         if polyfill:
             options["polyfill"] = polyfill
+        # the mask of a tagged template reads the spans of the encode's own render: one render, not two
+        spans = return_assistant_tokens_mask and not continue_final_message and self._tagged()
         try:
-            encoding = self._encode(vocab, messages, options, template_kwargs, content_special_tokens)
+            encoding = self._encode(vocab, messages, options, template_kwargs, content_special_tokens, spans=spans)
             if add_special_tokens:
                 encoding._runs = vocab.add_missing_special_tokens(encoding._runs)
                 encoding._set_ids()
@@ -334,6 +336,8 @@ class Codec:
         options: dict[str, Any],
         template_kwargs: dict[str, Any],
         policy: str,
+        *,
+        spans: bool = False,
     ) -> Encoding:
         matching = self._matching
         history = self.history
@@ -341,10 +345,10 @@ class Codec:
         found = history.find(policy, messages, slots) if slots else None
         base, agreeing = found if found is not None else (None, 0)
         if policy == "allow":
-            rendered = self.template.render(messages, **options)
+            rendered, generation = self._render(messages, options, spans)
             tokens = vocab.tokenize(rendered, None, matching, previous=base.tokens if base else None)
             self._remember(slots, base, agreeing, policy, messages, None, tokens)
-            return Encoding(self, tokens, (messages, options, rendered, {}))
+            return Encoding(self, tokens, (messages, options, rendered, {}, generation))
 
         reserved = self._reserved
         if template_kwargs:
@@ -367,10 +371,10 @@ class Codec:
         given = options
         if tools is not options["tools"] or documents is not options["documents"]:
             options = {**options, "tools": tools, "documents": documents}
-        rendered = self.template.render(shielded, **options)
+        rendered, generation = self._render(shielded, options, spans)
         restore = shield.restore
         tokens = vocab.tokenize(rendered, restore, matching, previous=base.tokens if base else None)
-        state = (shielded, options, rendered, restore)
+        state = (shielded, options, rendered, restore, generation)
         if restore:
             if tokens.escaped and shield.reject:
                 raise self._formed(tokens.text[tokens.escaped[0][0] : tokens.escaped[0][1]], shield)
@@ -385,6 +389,18 @@ class Codec:
                 vocab.check_escapes(tokens.runs, tokens.escaped, self.control_tokens)
         self._remember(slots, base, agreeing, policy, messages, shield, tokens)
         return Encoding(self, tokens, state)
+
+    def _render(self, messages: Any, options: dict[str, Any], spans: bool) -> tuple[str, list[tuple[int, int]] | None]:
+        """The prompt, and the spans of its ``{% generation %}`` blocks when ``spans`` is set (else None)."""
+        if not spans:
+            return self.template.render(messages, **options), None
+        options = {k: v for k, v in options.items() if k != "continue_final_message"}
+        return self.template.render_spans(messages, **options)
+
+    def _tagged(self) -> bool:
+        from .masks import has_generation_tags
+
+        return has_generation_tags(self._sources)
 
     def _remember(
         self,
@@ -466,7 +482,7 @@ class Codec:
             _log.info("Template %r %s; its render of the conversation as written has no extra control token", name, why)
         if theirs.escaped and shield.reject:
             raise self._formed(theirs.text[theirs.escaped[0][0] : theirs.escaped[0][1]], shield)
-        return theirs, (given, options, rendered, restore)
+        return theirs, (given, options, rendered, restore, None)
 
     def _control_sequence(self, vocab: Vocabulary, runs: list[Run], text: str) -> list[tuple[int, int, str]]:
         """``(start, id, text)`` of every control token in the runs, in order."""
@@ -533,7 +549,10 @@ class Encoding:
     """
 
     def __init__(
-        self, codec: Codec, tokens: Tokenized, render_state: tuple[Any, dict[str, Any], str, dict[str, str]]
+        self,
+        codec: Codec,
+        tokens: Tokenized,
+        render_state: tuple[Any, dict[str, Any], str, dict[str, str], list[tuple[int, int]] | None],
     ) -> None:
         self.text = tokens.text
         self._runs = tokens.runs
@@ -606,6 +625,6 @@ class Encoding:
         if self._layout is None:
             from . import masks
 
-            messages, options, rendered, escapes = self._render_state
-            self._layout = masks.layout(self._codec, messages, options, rendered, escapes, self.text)
+            messages, options, rendered, escapes, spans = self._render_state
+            self._layout = masks.layout(self._codec, messages, options, rendered, escapes, self.text, spans)
         return self._layout

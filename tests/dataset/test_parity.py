@@ -9,12 +9,14 @@ Parquet output is compared row for row with transformers.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chatcodec.dataset import Formatter, format_dataset
+from chatcodec import ChatTemplate
+from chatcodec.dataset import Formatter, Rejected, format_dataset
 
 from ..conftest import SHARED, conversations, require_shared
 from ..test_masks import TAGGERS
@@ -132,3 +134,85 @@ def test_hugging_face_datasets_map_with_processes() -> None:
         assert got["assistant_masks"] == expected.mask  # type: ignore[union-attr]
         assert got["num_tokens"] == len(got["input_ids"]) == len(got["attention_mask"])
     assert sum(len(m) for m in mapped["assistant_masks"]) > 0
+
+
+WORDS = str.split("the model data token answer river city weather price market value error code paper light water")
+SYSTEM = "You are a careful assistant for a travel company. Answer briefly and never invent numbers."
+TOOLS = [
+    {"type": "function", "function": {"name": name, "description": f"Look up the {arg}.", "parameters": {
+        "type": "object", "properties": {arg: {"type": "string", "description": f"the {arg}"}}, "required": [arg]}}}
+    for name, arg in [("get_weather", "city"), ("get_price", "ticker")]
+]  # fmt: skip
+
+
+def _text(rng: random.Random, low: int, high: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high))) + "."
+
+
+def generated_rows(count: int) -> list[dict[str, Any]]:
+    """Distinct conversations with one system prompt and set of tools, as bench/bench_dataset.py makes them."""
+    rows = []
+    for index in range(count):
+        rng = random.Random(index)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+        for turn in range(rng.randint(1, 3)):
+            messages.append({"role": "user", "content": f"({index}.{turn}) {_text(rng, 3, 20)}"})
+            if rng.random() < 0.3:
+                function = rng.choice(TOOLS)["function"]
+                argument = next(iter(function["parameters"]["properties"]))
+                name = function["name"]
+                call = {"type": "function", "function": {"name": name, "arguments": {argument: _text(rng, 1, 2)}}}
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                messages.append({"role": "tool", "name": name, "content": json.dumps({"r": _text(rng, 2, 6)})})
+            answer: dict[str, Any] = {"role": "assistant", "content": _text(rng, 5, 40)}
+            if rng.random() < 0.3:
+                answer["reasoning_content"] = _text(rng, 5, 20)
+            messages.append(answer)
+        rows.append({"id": f"g{index}", "messages": messages, "tools": TOOLS})
+    return rows
+
+
+@pytest.mark.parametrize("policy", ["allow", "escape"])
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
+def test_generated_rows_through_one_formatter_equal_transformers(name: str, policy: str, tmp_path: Path) -> None:
+    """Distinct rows sharing a system prompt and tools, through one Formatter (its cache of encoded text shared
+    by the rows, as in a run): transformers' ids and masks, row for row."""
+    hf, codec = _transformers(name), _codec(name)
+    source = TAGGERS[name](codec.template.source)
+    template_file = tmp_path / "training.jinja"
+    template_file.write_text(source, encoding="utf-8")
+    fmt = Formatter(SHARED / "tokenizers" / name, template=template_file, content_special_tokens=policy)
+    compared = 0
+    for row in generated_rows(40):
+        theirs = _reference(hf, row, source)
+        ours = fmt.format(row, row["id"])
+        if theirs is None:
+            assert isinstance(ours, Rejected) and ours.reason == "template_error", row["id"]
+            continue
+        assert not isinstance(ours, Rejected), ours
+        assert ours.input_ids == list(theirs["input_ids"]), row["id"]
+        assert ours.mask == list(theirs["assistant_masks"]), row["id"]
+        compared += 1
+    assert compared >= 25
+
+
+def test_a_tagged_template_renders_each_row_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The mask of a {% generation %} template reads the spans of the encode's own render; no row is remembered
+    for a next turn (rows are one-shot)."""
+    codec = _codec("qwen3")
+    template_file = tmp_path / "training.jinja"
+    template_file.write_text(TAGGERS["qwen3"](codec.template.source), encoding="utf-8")
+    fmt = Formatter(SHARED / "tokenizers" / "qwen3", template=template_file)
+    renders: list[str] = []
+
+    def counted(method: str) -> Any:
+        original = getattr(ChatTemplate, method)
+        return lambda self, *args, **kwargs: (renders.append(method), original(self, *args, **kwargs))[1]
+
+    for method in ("render", "render_spans"):
+        monkeypatch.setattr(ChatTemplate, method, counted(method))
+    rows = generated_rows(5)
+    results = [fmt.format(row, row["id"]) for row in rows]
+    assert all(not isinstance(result, Rejected) and any(result.mask) for result in results)
+    assert renders == ["render_spans"] * len(rows)
+    assert len(fmt.codec.history) == 0

@@ -196,16 +196,22 @@ class Formatter:
         conversation = to_conversation(row)
         if not any(m["role"] == "assistant" for m in conversation.messages):
             return Rejected(row_id, "unsupervised", "the conversation has no assistant turn to learn from")
-        encoding = self.codec.encode(
+        codec = self.codec
+        tagged = codec._tagged()  # the template's tags decide the mask: it is computed with the encode's render
+        encoding = codec.encode(
             conversation.messages,
             tools=conversation.tools,
             documents=conversation.documents,
             content_special_tokens=options.content_special_tokens,
             polyfill=options.polyfill,
+            return_assistant_tokens_mask=tagged,
             **{**(options.template_kwargs or {}), **conversation.kwargs},
         )
         ids = encoding.input_ids
-        mask = encoding.mask(reasoning=options.reasoning, end_of_turn=options.end_of_turn)
+        if tagged:
+            mask = encoding.assistant_mask
+        else:
+            mask = encoding.mask(reasoning=options.reasoning, end_of_turn=options.end_of_turn)
         if options.last_turn_only:
             mask = only_last_run(mask)
         truncated = False
