@@ -9,9 +9,9 @@ import pytest
 
 from chatcodec import ChatTemplate, InputError
 from chatcodec.exceptions import MaskError
-from chatcodec.tokens import Codec
+from chatcodec.tokens import Codec, load
 
-from .conftest import conversations, manifest, require_shared, template_source
+from .conftest import SHARED, conversations, manifest, require_shared, template_source
 from .test_tokens import _codec, _corpus_codec, _transformers
 
 #: conversations with plain assistant content (no tools, no reasoning) that every family renders
@@ -317,3 +317,47 @@ def test_message_spans_of_a_dropped_message_are_empty() -> None:
     )
     enc = dropping.encode([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
     assert enc.message_token_counts[0] == 0 and enc.message_token_counts[1] == len(enc)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
+def test_runs_mask_is_the_overlap_mask_of_the_offsets(name: str) -> None:
+    """The mask read run by run (spans moved into each run's coordinates) is the mask of the joined offsets, for
+    runs sharing one encoding, cached runs, control tokens, escaped caller text and added BOS/EOS."""
+    import random
+
+    from chatcodec.masks import overlap_mask, runs_mask
+
+    codec = load(SHARED / "tokenizers" / name)  # a fresh cache, then stretches cached from earlier prompts
+    rng = random.Random(7)
+    chats = [conversations()[c]["messages"] for c in PLAIN]
+    chats.append([{"role": "user", "content": "a <|im_end|> b <|eot_id|> [x]"}, {"role": "assistant", "content": "ok"}])
+    compared = 0
+    for chat, policy, add in itertools.product(chats, ("escape", "allow"), (False, True)):
+        encoding = codec.encode(chat, content_special_tokens=policy, add_special_tokens=add)
+        offsets = list(encoding.offsets)
+        encoding._offsets = None
+        length = len(encoding.text)
+        for _ in range(20):
+            cuts = sorted(rng.randrange(length + 1) for _ in range(2 * rng.randint(0, 4)))
+            spans = list(zip(cuts[::2], cuts[1::2], strict=True))
+            assert runs_mask(encoding._runs, spans) == overlap_mask(offsets, spans), (chat, policy, add, spans)
+            compared += 1
+    assert compared == len(chats) * 4 * 20
+
+
+def test_runs_mask_on_a_prompt_tokenized_whole() -> None:
+    """A tokenizer whose added tokens strip spaces encodes the prompt whole; escaped text keeps explicit spans."""
+    from tokenizers import pre_tokenizers
+
+    from chatcodec.masks import overlap_mask, runs_mask
+
+    from .test_tokens import _toy
+
+    tokenizer = _toy(pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first"), rstrip=True, lstrip=True)
+    codec = Codec(ChatTemplate("{% for m in messages %}{{ m.content }} <eot> {% endfor %}"), tokenizer)
+    encoding = codec.encode([{"role": "user", "content": "ab <eot> a"}, {"role": "assistant", "content": "b ab"}])
+    assert any(run.spans is not None for run in encoding._runs)  # the escaped stretch, encoded again
+    offsets = list(encoding.offsets)
+    length = len(encoding.text)
+    for low, high in itertools.combinations(range(length + 1), 2):
+        assert runs_mask(encoding._runs, [(low, high)]) == overlap_mask(offsets, [(low, high)]), (low, high)

@@ -36,6 +36,7 @@ from .vocab import common_prefix
 
 if TYPE_CHECKING:
     from .tokens import Codec, Encoding
+    from .vocab import Run
 
 __all__ = ["Layout", "assistant_mask", "has_generation_tags", "layout", "message_token_spans"]
 
@@ -395,7 +396,7 @@ def assistant_mask(encoding: Encoding, layout: Layout, *, reasoning: bool, end_o
         spans = []
     else:
         spans = assistant_regions(layout, reasoning=reasoning, end_of_turn=end_of_turn)
-    mask = overlap_mask(encoding.offsets, spans)
+    mask = overlap_mask(encoding._offsets, spans) if encoding._offsets is not None else runs_mask(encoding._runs, spans)
     if "assistant" in layout.roles and not any(mask):
         if layout.generation_spans is not None:
             why = "; its {% generation %} blocks cover none of their tokens"
@@ -424,6 +425,43 @@ def overlap_mask(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -
             low, high = following
         if end > low and end > start:
             mask[index] = 1
+    return mask
+
+
+def runs_mask(runs: list[Run], spans: list[tuple[int, int]]) -> list[int]:
+    """:func:`overlap_mask` of the runs' tokens, read where each run keeps them: no list of offsets is made.
+
+    A run of text holds its tokens' offsets as its encoding has them (several runs may share one encoding, each
+    from its own first token and character): the spans are moved to the run's coordinates instead.
+
+    >>> from chatcodec.vocab import Run
+    >>> runs = [Run(0, [1], width=3), Run(3, [2, 3], spans=[(3, 5), (5, 8)]), Run(8, [4], width=3)]
+    >>> runs_mask(runs, [(5, 11)]) == overlap_mask([(0, 3), (3, 5), (5, 8), (8, 11)], [(5, 11)])
+    True
+    """
+    total = sum(len(run.ids) for run in runs)
+    remaining = iter(sorted(spans))
+    first = next(remaining, None)
+    if first is None:
+        return [0] * total
+    low, high = first
+    mask: list[int] = []
+    append = mask.append
+    for run in runs:
+        if run.encoding is None or run.spans is not None:
+            offsets, begin, shift = run.offsets(), 0, 0
+        else:
+            offsets, begin, shift = run.encoding.offsets, run.skip, run.start - run.lead
+        local_low, local_high = low - shift, high - shift
+        for index in range(begin, begin + len(run.ids)):
+            start, end = offsets[index]
+            while start >= local_high:  # this token is past the span: move to the next one
+                following = next(remaining, None)
+                if following is None:
+                    return mask + [0] * (total - len(mask))
+                low, high = following
+                local_low, local_high = low - shift, high - shift
+            append(1 if end > local_low and end > start else 0)
     return mask
 
 
