@@ -401,6 +401,22 @@ def test_the_separator_character_in_content_is_plain_text(name: str) -> None:
     assert [i for i in escaped.input_ids if i in control_ids] == [i for i in template_only if i in control_ids]
 
 
+def test_the_tokenizer_without_the_separator_is_built_only_for_text_that_holds_it() -> None:
+    """Loading builds one copy of the tokenizer (the joiner); text without U+10FFFE encodes alike with it."""
+    require_shared()
+    codec = load(TOKENIZERS / "qwen3")
+    vocab = codec._vocab
+    assert vocab is not None and not vocab.start_sensitive
+    hf = _transformers("qwen3")
+    for content in ("Hi", "Hello there"):  # one new stretch each: encoded alone, by the joiner
+        messages = [{"role": "user", "content": content}]
+        assert codec.encode(messages).input_ids == hf.apply_chat_template(messages, tokenize=True, return_dict=False)
+    assert vocab._plain is None
+    messages = [{"role": "user", "content": f"a{NONCHARACTER}b"}]
+    assert codec.encode(messages).input_ids == hf.apply_chat_template(messages, tokenize=True, return_dict=False)
+    assert vocab._plain is not None and vocab._plain is not vocab.joiner
+
+
 def test_the_separator_character_with_a_start_sensitive_tokenizer() -> None:
     tokenizer = _toy(pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first"))
     codec = Codec(ChatTemplate("{% for m in messages %}{{ m.content }} <eot> {% endfor %}"), tokenizer)

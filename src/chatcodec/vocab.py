@@ -243,28 +243,36 @@ class Vocabulary:
         self._spec = spec
         spec["added_tokens"] = []
         spec["truncation"] = spec["padding"] = None  # stretches are encoded whole, and joined (see joiner)
-        self.plain = Tokenizer.from_str(json.dumps(spec))
         # a tokenizer that treats the start of the input specially (Metaspace prepend_scheme="first")
         # encodes each later stretch behind a separator, so the stretch is not at the start. The separator
         # is an added token of the plain tokenizer only, and its id is the first free one, which the real
         # tokenizer gives to one of its control tokens: text holding the separator character never goes
         # through the plain tokenizer (see tokenize), and other tokenizers get no separator at all.
         self.start_sensitive = _has_first_only_prefix(spec.get("pre_tokenizer"))
-        if self.start_sensitive:
-            self.plain.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
         # several new stretches are encoded in one call, joined by the separator (the tokenizer encodes what
-        # lies between added tokens alone): the joiner is the plain tokenizer with the separator in any case
-        if self.start_sensitive:
-            self.joiner = self.plain
-        else:
-            self.joiner = Tokenizer.from_str(json.dumps(spec))
-            self.joiner.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+        # lies between added tokens alone): the joiner is the plain tokenizer with the separator in any case.
+        # Text without the separator encodes alike with or without it, so other tokenizers build their plain
+        # tokenizer only for text that holds it (see plain): one tokenizer built at load, not two
+        self.joiner = Tokenizer.from_str(json.dumps(spec))
+        self.joiner.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+        self._plain: Tokenizer | None = self.joiner if self.start_sensitive else None
         self._separator_id = self.joiner.token_to_id(_SEPARATOR)
         self.split_special_tokens = split_special_tokens
         self._cache: dict[tuple[str, bool], tuple[list[int], Any, int, int]] = {}
         self._affixes: tuple[list[int], list[int]] | None = None
         self._without: dict[frozenset[str], Tokenizer] = {}
         self._lock = threading.Lock()
+
+    @property
+    def plain(self) -> Tokenizer:
+        """The tokenizer without added tokens (with only the separator, for a start-sensitive tokenizer)."""
+        if self._plain is None:
+            from tokenizers import Tokenizer
+
+            plain = Tokenizer.from_str(json.dumps(self._spec))
+            with self._lock:
+                self._plain = plain
+        return self._plain
 
     def control_for(self, sources: str) -> set[str]:
         """Special tokens, and the added tokens the template text holds (not whitespace)."""
@@ -425,7 +433,7 @@ class Vocabulary:
             encoding = _encode(self.plain, key[0])
             fresh[key] = (encoding.ids, encoding, 0, 0)
         if len(joined) == 1 and not (self.start_sensitive and not joined[0][1]):
-            encoding = _encode(self.plain, joined[0][0])
+            encoding = _encode(self.joiner, joined[0][0])  # no separator in the text: the plain tokenizer's ids
             fresh[joined[0]] = (encoding.ids, encoding, 0, 0)
         elif joined:
             joined.sort(key=lambda key: not key[1])  # a stretch at the start of the prompt goes first
