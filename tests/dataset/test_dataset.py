@@ -275,6 +275,30 @@ def test_two_workers_give_the_one_worker_output(planted: Path, tmp_path: Path) -
     assert one == two
 
 
+def test_with_workers_only_they_load_the_codec(planted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers load the codec; this process checks the templates, and loads it for a report only."""
+    require_shared()
+    import chatcodec.dataset.formatting as formatting
+
+    loads: list[str] = []
+    load = formatting.load
+    monkeypatch.setattr(formatting, "load", lambda source: (loads.append(str(source)), load(source))[1])
+    _run(planted, tmp_path / "two.parquet", shard_rows=3, workers=2)
+    assert loads == []
+    _run(planted, tmp_path / "two.parquet", shard_rows=3, workers=2, report=tmp_path / "report.html")
+    assert len(loads) == 1
+    _run(planted, tmp_path / "one.parquet", shard_rows=3, workers=1)
+    assert len(loads) == 2
+    no_tokenizer = tmp_path / "no_tokenizer"
+    no_tokenizer.mkdir()
+    (no_tokenizer / "chat_template.jinja").write_text(TEMPLATE, encoding="utf-8")
+    with pytest.raises(LoadError, match=r"no tokenizer\.json"):
+        format_dataset(planted, tmp_path / "o.parquet", tokenizer=no_tokenizer, shard_rows=3, workers=2)
+    with pytest.raises(LoadError, match="No chat template"):
+        format_dataset(planted, tmp_path / "o.parquet", tokenizer=SHARED / "tokenizers" / "qwen3",
+                       template=tmp_path / "missing.jinja", shard_rows=3, workers=2)  # fmt: skip
+
+
 def test_progress_is_quiet_off_a_terminal_and_live_when_asked(
     planted: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,6 +17,7 @@ from ..capabilities import Capabilities
 from ..exceptions import (
     ChatcodecError,
     InputError,
+    LoadError,
     MaskError,
     SpecialTokenError,
     TemplateError,
@@ -108,7 +109,9 @@ class Formatter:
     """Formats rows for training; a batched function for ``datasets.Dataset.map`` too.
 
     ``tokenizer`` is a model folder with ``tokenizer.json`` (and its template unless ``template`` is
-    given: a built-in name, a template file or folder, or a :class:`~chatcodec.ChatTemplate`).
+    given: a built-in name, a template file or folder, or a :class:`~chatcodec.ChatTemplate`). The codec is
+    loaded at once, unless ``load=False`` (for a formatter that runs elsewhere: then only the templates are
+    checked, and the codec is loaded on first use).
 
     >>> fmt = Formatter("../shared/tokenizers/qwen3", reasoning=False)  # doctest: +SKIP
     >>> ds = ds.map(fmt, batched=True, num_proc=4)  # doctest: +SKIP
@@ -125,6 +128,7 @@ class Formatter:
         *,
         template: str | Path | ChatTemplate | None = None,
         options: FormatOptions | None = None,
+        load: bool = True,
         **option_values: Any,
     ) -> None:
         self.tokenizer = str(tokenizer)
@@ -140,7 +144,20 @@ class Formatter:
             raise InputError(f"Unknown dataset option {unknown[0]!r}; the options are {known}.")
         self.options = options if options is not None else FormatOptions(**option_values)
         self._codec: Codec | None = None
-        self._codec = self.codec  # load now: a bad folder or template is reported before any work starts
+        if load:
+            self._codec = self.codec  # load now: a bad folder or template is reported before any work starts
+        else:
+            self._check()
+
+    def _check(self) -> None:
+        """What loading checks, but for reading the tokenizer itself (a second or so): for a formatter that
+        runs in worker processes, each of which loads the codec."""
+        load_template(self.tokenizer)
+        if isinstance(self._template, str):
+            load_template(self._template)
+        folder = Path(self.tokenizer).expanduser()
+        if folder.is_dir() and not (folder / "tokenizer.json").is_file():
+            raise LoadError(f"{folder} has no tokenizer.json, which formatting needs for tokens.")
 
     @property
     def codec(self) -> Codec:

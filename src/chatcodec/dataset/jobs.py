@@ -76,8 +76,12 @@ def format_dataset(
             options["max_length"] = pack
         elif options["max_length"] > pack:
             raise InputError(f"max_length ({options['max_length']}) cannot exceed the pack length ({pack}).")
-    formatter = Formatter(tokenizer, template=template, **options)
     shards = plan(source, shard_rows=shard_rows)
+    workers = workers if workers is not None else os.cpu_count() or 1
+    # formatted in worker processes (each loads the codec): this one checks the templates, and loads it only for
+    # a report
+    elsewhere = engine == "ray" or (workers > 1 and len(shards) > 1)
+    formatter = Formatter(tokenizer, template=template, load=not elsewhere, **options)
     output = Path(output)
     if output.is_dir():
         raise InputError(f"The output {output} is a folder; give a file name such as {output / 'train.parquet'}.")
@@ -85,9 +89,7 @@ def format_dataset(
     if engine == "ray":
         results = ray_results(shards, formatter, pack)
     else:
-        results = local_results(
-            shards, formatter, pack, workers=workers if workers is not None else os.cpu_count() or 1
-        )
+        results = local_results(shards, formatter, pack, workers=workers)
     show = sys.stderr.isatty() if progress is None else progress
     summary, samples = _write(results, shards, output, rejects_path, formatter, pack, show)
     if report is not None:
