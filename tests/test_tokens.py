@@ -417,6 +417,32 @@ def test_the_tokenizer_without_the_separator_is_built_only_for_text_that_holds_i
     assert vocab._plain is not None and vocab._plain is not vocab.joiner
 
 
+@pytest.mark.parametrize("name", [*REAL, "toy-first", "toy-always"])
+def test_the_plain_tokenizers_are_the_tokenizer_json_without_added_tokens(name: str) -> None:
+    """The joiner and the plain tokenizer share the tokenizer's parts (nothing parsed again): their
+    tokenizer.json is the tokenizer's without added tokens, truncation or padding, but for the separator."""
+    if name.startswith("toy"):
+        scheme = name.removeprefix("toy-")
+        tokenizer = _toy(pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme))
+        tokenizer.enable_truncation(8)
+    else:
+        require_shared()
+        tokenizer = Tokenizer.from_file(str(TOKENIZERS / name / "tokenizer.json"))
+    codec = Codec(ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}"), tokenizer)
+    vocab = codec._vocab
+    assert vocab is not None
+    expected = json.loads(tokenizer.to_str())
+    expected["added_tokens"], expected["truncation"], expected["padding"] = [], None, None
+    joiner = json.loads(vocab.joiner.to_str())
+    assert [t["content"] for t in joiner["added_tokens"]] == [NONCHARACTER]
+    assert {**joiner, "added_tokens": []} == expected
+    assert vocab.start_sensitive == (name == "toy-first")
+    if vocab.start_sensitive:
+        assert vocab.plain is vocab.joiner
+    else:
+        assert json.loads(vocab.plain.to_str()) == expected
+
+
 def test_the_separator_character_with_a_start_sensitive_tokenizer() -> None:
     tokenizer = _toy(pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first"))
     codec = Codec(ChatTemplate("{% for m in messages %}{{ m.content }} <eot> {% endfor %}"), tokenizer)

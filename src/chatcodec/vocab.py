@@ -222,7 +222,7 @@ class Vocabulary:
     """
 
     def __init__(self, tokenizer: Tokenizer, split_special_tokens: bool) -> None:
-        from tokenizers import AddedToken, Tokenizer
+        from tokenizers import AddedToken
 
         self.full = tokenizer
         added = tokenizer.get_added_tokens_decoder()
@@ -239,21 +239,20 @@ class Vocabulary:
         self.splitter: _Splitter | None = re.compile(alternation(self.matched)) if plain_flags else None
         #: the longest added token: how far a match attempt reads ahead
         self.longest = max(map(len, self.matched), default=1)
-        spec = json.loads(tokenizer.to_str())
-        self._spec = spec
-        spec["added_tokens"] = []
-        spec["truncation"] = spec["padding"] = None  # stretches are encoded whole, and joined (see joiner)
         # a tokenizer that treats the start of the input specially (Metaspace prepend_scheme="first")
         # encodes each later stretch behind a separator, so the stretch is not at the start. The separator
         # is an added token of the plain tokenizer only, and its id is the first free one, which the real
         # tokenizer gives to one of its control tokens: text holding the separator character never goes
         # through the plain tokenizer (see tokenize), and other tokenizers get no separator at all.
-        self.start_sensitive = _has_first_only_prefix(spec.get("pre_tokenizer"))
+        pre_tokenizer = tokenizer.pre_tokenizer
+        self.start_sensitive = pre_tokenizer is not None and _has_first_only_prefix(
+            json.loads(pre_tokenizer.__getstate__())
+        )
         # several new stretches are encoded in one call, joined by the separator (the tokenizer encodes what
         # lies between added tokens alone): the joiner is the plain tokenizer with the separator in any case.
         # Text without the separator encodes alike with or without it, so other tokenizers build their plain
         # tokenizer only for text that holds it (see plain): one tokenizer built at load, not two
-        self.joiner = Tokenizer.from_str(json.dumps(spec))
+        self.joiner = _plain_copy(tokenizer)
         self.joiner.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
         self._plain: Tokenizer | None = self.joiner if self.start_sensitive else None
         self._separator_id = self.joiner.token_to_id(_SEPARATOR)
@@ -267,9 +266,7 @@ class Vocabulary:
     def plain(self) -> Tokenizer:
         """The tokenizer without added tokens (with only the separator, for a start-sensitive tokenizer)."""
         if self._plain is None:
-            from tokenizers import Tokenizer
-
-            plain = Tokenizer.from_str(json.dumps(self._spec))
+            plain = _plain_copy(self.full)
             with self._lock:
                 self._plain = plain
         return self._plain
@@ -761,6 +758,20 @@ def _trie_pattern(node: dict[str, Any]) -> str:
     if "" in node:  # a word ends here: try the longer ones first, then stop
         return f"(?:{body})?"
     return body
+
+
+def _plain_copy(tokenizer: Tokenizer) -> Tokenizer:
+    """The tokenizer without its added tokens, truncation and padding (stretches are encoded whole): a new
+    tokenizer over the same model, normalizer, pre-tokenizer, post-processor and decoder, shared, not parsed
+    again from tokenizer.json (a second or so for a large vocabulary)."""
+    from tokenizers import Tokenizer
+
+    copy = Tokenizer(tokenizer.model)
+    copy.normalizer = tokenizer.normalizer
+    copy.pre_tokenizer = tokenizer.pre_tokenizer
+    copy.post_processor = tokenizer.post_processor
+    copy.decoder = tokenizer.decoder
+    return copy
 
 
 def _has_first_only_prefix(pre_tokenizer: Any) -> bool:
