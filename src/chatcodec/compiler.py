@@ -46,7 +46,7 @@ from jinja2.runtime import Context, Macro, Undefined, identity
 from jinja2.utils import Namespace, _PassArg, concat, internalcode, missing
 from markupsafe import Markup, escape
 
-from . import limits, sandbox
+from . import limits, resuming, sandbox
 from .exceptions import LimitError
 
 __all__ = ["FastTemplate", "fast_template", "render"]
@@ -233,6 +233,20 @@ def _sequence(iterable: Any) -> Any:
     return iterable if kind is list or kind is tuple or kind is str else list(iterable)
 
 
+def _memo_item(recorder: resuming.Recorder | None, items: Any, key: Any) -> Any:
+    """``messages[key]`` in the body of a resumable loop: the item, with the index it read recorded."""
+    if type(items) is list and type(key) is int and -len(items) <= key < len(items):
+        if recorder is not None:
+            if key < 0:
+                recorder.current = resuming.EVERYTHING  # counted from the end: the end moves as the chat grows
+            elif key > recorder.current:
+                recorder.current = key
+        return items[key]
+    if recorder is not None:
+        recorder.current = resuming.EVERYTHING
+    return environment.fast_getitem(items, key)
+
+
 def _chain(*parts: Any) -> Any:
     """``a + b + c + ...`` when its operands are long: each sum checked before it allocates."""
     result = parts[0]
@@ -302,6 +316,10 @@ _RUNTIME: dict[str, Any] = {
     "_SEQUENCE": frozenset({list, dict, str, tuple}),
     "_NUMBER": frozenset({int, float}),
     "_cc_cat": _chain,
+    "_cc_resume": resuming.resume,
+    "_cc_memo_value": resuming.value,
+    "_cc_memo_attr": resuming.attribute,
+    "_cc_memo_item": _memo_item,
 }
 
 
@@ -316,6 +334,11 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._uses: dict[tuple[Any, ...], int] = {}
         self._scopes = 0
         self._fast_loops: dict[str, tuple[str, str, str]] = {}
+        #: the loop a render may resume (chatcodec.resuming), the name of what it iterates, and the `loop`
+        #: of it (if the body reads `loop`) while its body is written
+        self._plan: resuming.Plan | None = None
+        self._memo_items: str | None = None
+        self._memo_loop: str | None = None
         self._globals: dict[str, str] = {}
         #: names read from the render's variables, each once per render, and what stands for a missing one
         self._resolved: dict[str, str] = {}
@@ -462,6 +485,7 @@ class _FastGenerator(sandbox._CodeGenerator):
             and not find_undeclared(m.body, ("caller", "kwargs", "varargs"))
         }
         self._only_direct = _only_called(node, self._direct_candidates)
+        self._plan = resuming.plan(node)
         frame = Frame(eval_ctx)
         frame.symbols.analyze_node(node)
         frame.buffer = "_o"
@@ -469,7 +493,7 @@ class _FastGenerator(sandbox._CodeGenerator):
             if isinstance(macro, nodes.Macro) and macro.name in self._direct_candidates:
                 self._direct[macro.name] = (f"{frame.symbols.ref(macro.name)}_fn", [a.name for a in macro.args])
         # root(variables, budget) -> the output: the budget made active and its output measured as it grows
-        self.writeline("def root(_s, _k, _m, _t, _d, _a, _b, _h=None):", extra=1)
+        self.writeline("def root(_s, _k, _m, _t, _d, _a, _b, _h=None, _mm=None):", extra=1)
         self.indent()
         self.writeline("_b.output = _o = []")
         self.writeline("_w = _o.append")
@@ -850,7 +874,13 @@ class _FastGenerator(sandbox._CodeGenerator):
 
         items = self.temporary_identifier()
         iterable, weight = _counted_parts(node.iter)  # type: ignore[arg-type]
-        if fast:
+        memo = self._plan is not None and node is self._plan.loop and (fast or not uses_loop)
+        if memo:
+            index, length, weighed = self._resumable_loop(node, frame, loop_frame, items, iterable, weight)
+            if loop_ref is not None:
+                self._fast_loops[loop_ref] = (index, length, items)
+                self._memo_loop = loop_ref
+        elif fast:
             assert loop_ref is not None
             index, length = self._temp(), self._temp()
             if loop_filter is not None:
@@ -890,6 +920,8 @@ class _FastGenerator(sandbox._CodeGenerator):
                 self.write(f" in {counted}:")
 
         self.indent()
+        if memo:
+            self._resumable_iteration(node, loop_frame, items, index, weighed)
         self.enter_frame(loop_frame)
         # the item stays the same during one iteration, unless the body assigns its name
         target = node.target
@@ -897,12 +929,35 @@ class _FastGenerator(sandbox._CodeGenerator):
         if isinstance(target, nodes.Name) and any(n.name == target.name for n in _stores(node.body)):
             item = []
         self._open_caches(item, prefetch=True)
+        if memo:
+            self._memo_items = self._plan.items  # type: ignore[union-attr]
         self.blockvisit(node.body, loop_frame)
+        self._memo_items = None
+        flag = None if memo or node.else_ else _stops_when(node)
+        if flag is not None:
+            # every later iteration would find the flag false first, and do nothing: stop here
+            ref = loop_frame.symbols.find_ref(flag[0])
+            if ref is not None:
+                self.writeline(f"if type({ref}) is _Namespace and {ref}.__dict__.get({flag[1]!r}, True) is False:")
+                self.indent()
+                self.writeline("break")
+                self.outdent()
         self._close_caches(item)
+        if memo:
+            self.writeline("if _mq is not None:")
+            self.indent()
+            self.writeline("_mq.end()")
+            self.outdent()
         if indicator is not None:
             self.writeline(f"{indicator} = 0")
         self.outdent()
         self.leave_frame(loop_frame)
+        if memo:
+            self._memo_loop = None
+            self.writeline("if _mq is not None:")
+            self.indent()
+            self.writeline("_mq.done(len(_o))")
+            self.outdent()
         if loop_ref is not None:
             self._fast_loops.pop(loop_ref, None)  # `loop` after the loop is not this one's
 
@@ -915,6 +970,89 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.outdent()
         if self._assign_stack:
             self._assign_stack[-1].difference_update(loop_frame.symbols.stores)
+
+    def _resumable_loop(
+        self, node: nodes.For, frame: Frame, loop_frame: Frame, items: str, iterable: nodes.Expr, weight: int
+    ) -> tuple[str, str, str]:
+        """The head of the loop a render may resume (:mod:`chatcodec.resuming`): the iterations to run, each
+        paying for itself, and the record of what each read when the caller passed a memo (``_mm``).
+
+        Returns the names of the index, the length and the charge per iteration (0: paid up front).
+        """
+        plan = self._plan
+        assert plan is not None
+        index, length, value, weighed = self._temp(), self._temp(), self._temp(), self._temp()
+        self.writeline(f"{items} = ({value} if type({value} := ", node)
+        self.visit(iterable, frame)
+        self.write(f") is list else _cc_sequence({value}))")
+        self.writeline(f"{length} = len({items})")
+        most = limits.STEP_CHUNK // weight  # a short list pays up front, a long one per iteration
+        self.writeline(f"{weighed} = 0 if {length} < {most} else {weight}")
+        self.writeline(f"if not {weighed}:")
+        self.indent()
+        self.writeline(f"_b.steps -= ({length} + 1) * {weight}")
+        self.writeline("if _b.steps <= 0:")
+        self.indent()
+        self.writeline("_b.tick()")
+        self.outdent(2)
+        # what the body sees from outside the loop, as it is when the loop starts
+        target = node.target.name  # type: ignore[attr-defined]
+        compared = {n: [a for m, a in plan.thresholds if m == n and a is not None] for n, _ in plan.thresholds}
+        keys, thresholds = [], []
+        for name in resuming.names(node.body, {target, plan.items, "loop"}):
+            outside = self._outside_value(name, loop_frame)
+            if outside is None:
+                continue
+            if (name, None) not in plan.thresholds:
+                keys.append(f"_cc_memo_value({outside}, {tuple(compared.get(name, ()))!r}, _Namespace)")
+        for how, shift, name, attr in resuming.comparisons(plan):
+            outside = self._outside_value(name, loop_frame)
+            if outside is not None:
+                read = outside if attr is None else f"_cc_memo_attr({outside}, {attr!r}, _Namespace)"
+                thresholds.append(f"({how!r}, {shift}, {read})")
+        key, compared_values = "".join(f"{k}, " for k in keys), "".join(f"{t}, " for t in thresholds)
+        self.writeline(
+            f"_mq = None if _mm is None else _cc_resume(_mm, root, _m, {items}, ({key}), ({compared_values}), _o)"
+        )
+        self.writeline(f"for {index} in range(0 if _mq is None else _mq.start, {length}):")
+        return index, length, weighed
+
+    def _resumable_iteration(self, node: nodes.For, loop_frame: Frame, items: str, index: str, weighed: str) -> None:
+        """The start of an iteration of the loop a render may resume: its item, its payment, its record."""
+        self.writeline("")
+        self.visit(node.target, loop_frame)
+        self.write(f" = {items}[{index}]")
+        self.writeline(f"if {weighed}:")
+        self.indent()
+        self.writeline(f"_b.steps -= {weighed}")
+        self.writeline("if _b.steps <= 0:")
+        self.indent()
+        self.writeline("_b.tick()")
+        self.outdent(2)
+        self.writeline("if _mq is not None:")
+        self.indent()
+        self.writeline(f"_mq.begin({index}, len(_o))")
+        self.outdent()
+
+    def _outside_value(self, name: str, loop_frame: Frame) -> str | None:
+        """The Python expression of ``name``'s value outside a loop (before it starts), or None if it has no
+        value there (a name only an inner loop binds) or cannot change between renders (undefined)."""
+        ref = loop_frame.symbols.find_ref(name)
+        if ref is None:  # read only in an inner loop: the render's variable of that name, to be safe
+            if name not in self._resolved:
+                self._resolved[name] = f"_r_{len(self._resolved)}"
+            return self._resolved[name]
+        load = loop_frame.symbols.loads.get(ref)
+        if load is None:
+            return ref  # a name of an outer frame
+        action, param = load
+        if action == VAR_LOAD_RESOLVE:
+            if param not in self._resolved:
+                self._resolved[param] = f"_r_{len(self._resolved)}"
+            return self._resolved[param]
+        if action == VAR_LOAD_ALIAS:
+            return param  # type: ignore[no-any-return]
+        return None  # the loop's own item or `loop`, or a name undefined outside it
 
     def _pay_for_items(self, items: str, length: str | None, weight: int) -> str:
         """What limits.counted does for a loop over ``items``, inline for a short list: the name to iterate.
@@ -1000,6 +1138,19 @@ class _FastGenerator(sandbox._CodeGenerator):
         if counters is None:
             return False
         index, length, items = counters
+        if self._memo_loop is not None and frame.symbols.find_ref("loop") == self._memo_loop:
+            # whether a next message exists, or the length: what the recorder must know this iteration read
+            if node.attr in ("last", "nextitem"):
+                self.write(f"((_mq is None or _mq.see({index} + 1, {length})) and ")
+            elif node.attr in ("length", "revindex", "revindex0"):
+                self.write("((_mq is None or _mq.everything()) and ")
+            else:
+                self.write("(")
+            self._memo_loop, memo = None, self._memo_loop
+            self._loop_counter(node, frame)
+            self._memo_loop = memo
+            self.write(")")
+            return True
         self.write(
             {
                 "index0": index,
@@ -1017,6 +1168,14 @@ class _FastGenerator(sandbox._CodeGenerator):
 
     @optimizeconst
     def visit_Getitem(self, node: nodes.Getitem, frame: Frame) -> None:
+        target = node.node
+        if self._memo_items is not None and isinstance(target, nodes.Name) and target.name == self._memo_items:
+            self.write("_cc_memo_item(_mq, ")  # another message, read by index: recorded (chatcodec.resuming)
+            self.visit(target, frame)
+            self.write(", ")
+            self.visit(node.arg, frame)
+            self.write(")")
+            return
         key = _constant(node.arg, frame)
         value = self._temp()
         if type(key) is str and key not in _DICT_ATTRIBUTES:
@@ -1608,6 +1767,51 @@ def _counted_parts(iterable: nodes.Expr) -> tuple[nodes.Expr, int]:
     if isinstance(iterable, nodes.Filter) and iterable.name == "_cc_counted":
         return iterable.node, iterable.args[0].value  # type: ignore[return-value, attr-defined]
     return iterable, 1
+
+
+def _stops_when(loop: nodes.For) -> tuple[str, str] | None:
+    """``(ns, flag)`` when ``loop`` does nothing once ``ns.flag`` is false: its body sets loop-local names
+    to values that cannot fail (numbers from constants, lengths and the loop's counters), then holds one
+    ``{% if ns.flag and ... %}`` and nothing else, and ``ns`` is not assigned in it.
+
+    Qwen's templates find the last user query so, walking the messages from the end: once the flag is
+    cleared, the rest of the walk is idle, and the loop can stop (the flag read is the same dict lookup
+    the next test would make first).
+    """
+    if loop.test is not None or loop.recursive or not loop.body:
+        return None
+    *assigns, last = [n for n in loop.body if not _is_checkpoint(n)]
+    if not isinstance(last, nodes.If) or last.elif_ or last.else_:
+        return None
+    test = last.test
+    while isinstance(test, nodes.And):
+        test = test.left
+    if not (isinstance(test, nodes.Getattr) and isinstance(test.node, nodes.Name) and test.node.ctx == "load"):
+        return None
+    name = test.node.name
+    for assign in assigns:
+        if not (isinstance(assign, nodes.Assign) and isinstance(assign.target, nodes.Name)):
+            return None
+        if assign.target.name in (name, "loop") or not _cannot_fail(assign.node):
+            return None
+    if any(n.name == name for n in _stores(loop.body)):
+        return None
+    return name, test.attr
+
+
+def _is_checkpoint(node: nodes.Node) -> bool:
+    return isinstance(node, nodes.ExprStmt) and isinstance(node.node, nodes.Filter) and node.node.name == "_cc_spend"
+
+
+def _cannot_fail(node: nodes.Node) -> bool:
+    """An int expression of constants, ``x|length`` and the loop's counters, with ``+``, ``-`` and ``*``."""
+    if isinstance(node, nodes.Const):
+        return type(node.value) is int
+    if isinstance(node, (nodes.Add, nodes.Sub, nodes.Mul)):
+        return _cannot_fail(node.left) and _cannot_fail(node.right)
+    if isinstance(node, nodes.Filter):
+        return node.name == "length" and not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs)
+    return _is_loop_name(node.node) and node.attr in ("index0", "index") if isinstance(node, nodes.Getattr) else False
 
 
 def _reads_only_counters(body: Iterable[nodes.Node]) -> bool:

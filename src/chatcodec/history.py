@@ -18,12 +18,14 @@ share between threads.
 from __future__ import annotations
 
 import json
+import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 from .exceptions import InputError
+from .resuming import Record
 from .vocab import Tokenized
 
 __all__ = ["Entry", "History", "copy_of", "keys"]
@@ -41,7 +43,7 @@ class Entry:
     conversation growing, also keeps the copies.
     """
 
-    __slots__ = ("copies", "key", "marked", "policy", "size", "swapped", "table", "tokens")
+    __slots__ = ("copies", "key", "loose", "marked", "policy", "record", "seen", "size", "swapped", "table", "tokens")
 
     def __init__(
         self,
@@ -67,6 +69,43 @@ class Entry:
         self.swapped = swapped or {}
         self.tokens = tokens
         self.size = size
+        #: the messages the template saw (copies, marks swapped, normalized) and the record of that render
+        #: (chatcodec.resuming), from which the next render of this conversation can resume
+        self.seen: list[Any] | None = None
+        self.record: Record | None = None
+        #: (index, marshal form) of the copies that hold more than text: ``==`` does not tell ``1`` from
+        #: ``True`` or ``1.0``, nor one order of a nested object's keys from another
+        self.loose: list[tuple[int, bytes]] = []
+
+    def keep_render(self, seen: list[Any], record: Record, base: Entry | None, trusted: int) -> None:
+        """Keep the messages a render saw and its record, for the next encode to resume from; the copies
+        up to ``trusted`` are ``base``'s, whose strict forms are known."""
+        assert self.copies is not None
+        loose = [pair for pair in base.loose if pair[0] < trusted] if base is not None else []
+        for index in range(trusted if base is not None else 0, len(self.copies)):
+            copy = self.copies[index]
+            if type(copy) is not dict or not all(type(v) is str for v in copy.values()):
+                try:
+                    loose.append((index, marshal.dumps(copy, 2)))
+                except ValueError:
+                    return
+        self.seen, self.record, self.loose = seen, record, loose
+
+    def trusted(self, messages: Sequence[Any], agreeing: int) -> int:
+        """How many of the ``agreeing`` leading messages equal their copies strictly (types and key order in
+        nested values too): those a render may take as the ones it saw (:mod:`chatcodec.resuming`)."""
+        if self.seen is None:
+            return 0
+        agreeing = min(agreeing, len(self.seen))
+        for index, form in self.loose:
+            if index >= agreeing:
+                break
+            try:
+                if marshal.dumps(messages[index], 2) != form:
+                    return index
+            except ValueError:
+                return index
+        return agreeing
 
     def agreeing(self, messages: Sequence[Any]) -> int:
         """How many leading messages equal the copies kept (compared in C, not walked in Python)."""

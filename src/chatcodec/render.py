@@ -123,60 +123,12 @@ class ChatTemplate:
         renders exactly. Other keyword arguments (``enable_thinking=False``, ...) become template variables.
         """
         fast = self._fast
-        if (
-            fast is not None
-            and messages.__class__ is list
-            and messages
-            and polyfill is False
-            and chat_template is None
-            and (now is None or now.__class__ is datetime)
-            and not (continue_final_message and add_generation_prompt)
-            and not self.limits.isolate
+        if fast is not None and self._short(
+            messages, polyfill, chat_template, now, continue_final_message, add_generation_prompt
         ):
-            # The common render, the short way: what _render does (in the same order) without the options
-            # it does not use, and the compiled template called directly (as compiler.render would).
-            try:
-                chat = _normalize_messages(messages)  # plain messages are shared as they are
-                if template_kwargs:
-                    for value in template_kwargs.values():
-                        if value.__class__ not in _SCALARS:
-                            template_kwargs = plain(template_kwargs)
-                            break
-                schemas = None if tools is None else _tool_schemas(tools, "tools" in fast.names)
-                documented = None if documents is None else _documents(documents)
-            except RecursionError:
-                raise InputError(_TOO_DEEP) from None
-            continued = None
-            if continue_final_message:
-                chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
-                continued = _tag_final_message(chat, continue_final_message, self._sources["default"])
-            # this thread's budget from its last short render, renewed, else a new one (limits.current)
-            state = _current_state()
-            budget = state.spare
-            if budget is None:
-                budget = Budget(self.limits, now)
-            else:
-                state.spare = None  # a render nested in this one makes its own
-                budget.limits = self.limits
-                budget.now = now
-            special = self.special_tokens
-            try:
-                text: str = fast.root(
-                    special, template_kwargs or None, chat, schemas, documented, add_generation_prompt, budget, state
-                )
-            except Exception as exc:
-                try:
-                    given = (special, template_kwargs or None, chat, schemas, documented, add_generation_prompt)
-                    variables = _COMPILER.variables_of(given)
-                    text = _COMPILER.recover(exc, self._default, variables, self.name, budget)
-                except TemplateRuntimeError as error:
-                    if not isinstance(error, TemplateRaisedError):
-                        _point_at_input(error, chat, messages)
-                    raise
-            else:
-                budget.renew()
-                state.spare = budget
-            return text if continued is None else _cut_at_tag(text, continued)
+            return self._render_compiled(
+                fast, messages, tools, documents, add_generation_prompt, continue_final_message, now, template_kwargs
+            )
         text, _, _ = self._render(
             messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
             template_kwargs, track_generation=False, polyfill=polyfill,
@@ -234,6 +186,111 @@ class ChatTemplate:
         return text, spans
 
     # --- internals ------------------------------------------------------------------------------------
+
+    def _short(
+        self, messages: Any, polyfill: Any, chat_template: Any, now: Any, continue_final_message: Any, generation: Any
+    ) -> bool:
+        """Whether a render can take the short way (:meth:`_render_compiled`): the common options only."""
+        return (
+            messages.__class__ is list
+            and bool(messages)
+            and polyfill is False
+            and chat_template is None
+            and (now is None or now.__class__ is datetime)
+            and not (continue_final_message and generation)
+            and not self.limits.isolate
+        )
+
+    def _render_compiled(
+        self,
+        fast: Any,
+        messages: Any,
+        tools: Sequence[Any] | None,
+        documents: Sequence[Any] | None,
+        add_generation_prompt: bool,
+        continue_final_message: bool | str,
+        now: datetime | None,
+        template_kwargs: dict[str, Any],
+        memo: Any = None,
+    ) -> str:
+        """The common render, the short way: what _render does (in the same order) without the options it
+        does not use, and the compiled template called directly (as compiler.render would).
+
+        With a ``memo`` (:class:`chatcodec.resuming.Memo`), its first ``memo.trusted`` messages are the ones
+        the previous render saw, already normalized; the render resumes that one where it can, and leaves
+        its record and the messages it saw in the memo (no record if it took the generic path).
+        """
+        try:
+            if memo is None:
+                chat = _normalize_messages(messages)  # plain messages are shared as they are
+            else:
+                known = memo.trusted
+                chat = messages if known >= len(messages) else messages[:known] + _normalize_messages(messages[known:])
+            if template_kwargs:
+                for value in template_kwargs.values():
+                    if value.__class__ not in _SCALARS:
+                        template_kwargs = plain(template_kwargs)
+                        break
+            schemas = None if tools is None else _tool_schemas(tools, "tools" in fast.names)
+            documented = None if documents is None else _documents(documents)
+        except RecursionError:
+            raise InputError(_TOO_DEEP) from None
+        continued = None
+        if continue_final_message:
+            chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
+            continued = _tag_final_message(chat, continue_final_message, self._sources["default"])
+        # this thread's budget from its last short render, renewed, else a new one (limits.current)
+        state = _current_state()
+        budget = state.spare
+        if budget is None:
+            budget = Budget(self.limits, now)
+        else:
+            state.spare = None  # a render nested in this one makes its own
+            budget.limits = self.limits
+            budget.now = now
+        special = self.special_tokens
+        try:
+            text: str = fast.root(
+                special, template_kwargs or None, chat, schemas, documented, add_generation_prompt, budget, state, memo
+            )
+        except Exception as exc:
+            if memo is not None:
+                memo.record = None
+            try:
+                given = (special, template_kwargs or None, chat, schemas, documented, add_generation_prompt)
+                variables = _COMPILER.variables_of(given)
+                text = _COMPILER.recover(exc, self._default, variables, self.name, budget)
+            except TemplateRuntimeError as error:
+                if not isinstance(error, TemplateRaisedError):
+                    _point_at_input(error, chat, messages)
+                raise
+        else:
+            budget.renew()
+            state.spare = budget
+        if memo is not None:
+            memo.messages = chat
+        return text if continued is None else _cut_at_tag(text, continued)
+
+    def render_resuming(self, memo: Any, messages: Sequence[Any], **options: Any) -> str:
+        """:meth:`render`, resuming the render ``memo`` holds (:mod:`chatcodec.resuming`) when the short way
+        applies; else a plain render, and no record in the memo."""
+        fast = self._fast
+        if fast is None or options.get("polyfill", False) is not False or options.get("chat_template") is not None:
+            memo.record = None
+            return self.render(messages, **options)
+        options.pop("polyfill", None)
+        options.pop("chat_template", None)
+        tools, documents = options.pop("tools", None), options.pop("documents", None)
+        generation = options.pop("add_generation_prompt", False)
+        continued = options.pop("continue_final_message", False)
+        now = options.pop("now", None)
+        if continued or not self._short(messages, False, None, now, continued, generation):
+            memo.record = None
+            return self.render(
+                messages, tools=tools, documents=documents, add_generation_prompt=generation,
+                continue_final_message=continued, now=now, **options,
+            )  # fmt: skip
+        return self._render_compiled(fast, messages, tools, documents, generation, continued, now, options, memo)
 
     def _label(self, key: str) -> str | None:
         if key == "default":

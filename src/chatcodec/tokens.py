@@ -41,6 +41,7 @@ from .history import keys as history_keys
 from .injection import Marks, Shield, culprit, reads_marks, stand_ins_in, swap, template_variables_with_marks
 from .polyfills import Polyfill
 from .render import ChatTemplate
+from .resuming import Memo
 from .templates import load_template
 from .vocab import Matching, Run, TextTokenizer, Tokenized, Vocabulary, alternation, common_prefix, vocabulary
 
@@ -353,6 +354,12 @@ class Codec:
         reserved = self._reserved
         if template_kwargs:
             reserved = reserved | stand_ins_in(template_kwargs)
+        if base is not None and not spans:  # a conversation seen before, likely growing: resume its last render
+            grown = self._encode_growing(vocab, messages, options, template_kwargs, policy, reserved, base, agreeing)
+            if grown is not None:
+                tokens, state, shield, copies, memo = grown
+                self._remember(slots, base, agreeing, policy, messages, shield, tokens, copies, memo)
+                return Encoding(self, tokens, state)
         shield = Shield(self._marks, reserved, reject=policy == "reject", table=base.table if base else None)
         known = None
         if base is not None and agreeing:
@@ -372,8 +379,71 @@ class Codec:
         if tools is not options["tools"] or documents is not options["documents"]:
             options = {**options, "tools": tools, "documents": documents}
         rendered, generation = self._render(shielded, options, spans)
+        tokens, state = self._tokenize(
+            vocab, shield, messages, given, options, (shielded, rendered, generation), base, template_kwargs
+        )
+        self._remember(slots, base, agreeing, policy, messages, shield, tokens)
+        return Encoding(self, tokens, state)
+
+    def _encode_growing(
+        self,
+        vocab: Vocabulary,
+        messages: list[Any],
+        options: dict[str, Any],
+        template_kwargs: dict[str, Any],
+        policy: str,
+        reserved: frozenset[str],
+        base: Entry,
+        agreeing: int,
+    ) -> tuple[Tokenized, Any, Shield, list[Any], Memo] | None:
+        """Encode a conversation that extends ``base``: the template sees copies of the messages (its own, which
+        nobody changes), the ones it saw the last time for the leading messages that strictly equal theirs,
+        and its render resumes the last one (:mod:`chatcodec.resuming`). None when that cannot be done (a
+        message that is not plain JSON, a stand-in the conversation now holds): then encode as usual."""
+        trusted = base.trusted(messages, agreeing) if base.copies is not None else 0
+        fresh = []
+        for message in messages[trusted:]:
+            copied = copy_of(message)
+            if copied is None:
+                return None
+            fresh.append(copied[0])
+        seen: list[Any] = base.seen[:trusted] if trusted else []  # type: ignore[index]
+        shield = Shield(self._marks, reserved, reject=policy == "reject", table=base.table)
+        shielded, tools, documents = shield.apply(
+            seen + fresh, options["tools"], options["documents"], clean=(trusted, (), False, False)
+        )
+        if shield.conflicts():
+            return None
+        shield.marked += [(0, i) for i in base.marked[: bisect.bisect_left(base.marked, trusted)]]
+        shield.swapped.update((i, pair) for i, pair in base.swapped.items() if i < trusted)
+        given = options
+        if tools is not options["tools"] or documents is not options["documents"]:
+            options = {**options, "tools": tools, "documents": documents}
+        memo = Memo(base.record if trusted else None, trusted)
+        rendered = self.template.render_resuming(memo, shielded, **options)
+        tokens, state = self._tokenize(
+            vocab, shield, messages, given, options, (shielded, rendered, None), base, template_kwargs
+        )
+        copies = (base.copies or [])[:trusted] + fresh
+        return tokens, state, shield, copies, memo
+
+    def _tokenize(
+        self,
+        vocab: Vocabulary,
+        shield: Shield,
+        messages: Any,
+        given: dict[str, Any],
+        options: dict[str, Any],
+        render: tuple[Any, str, list[tuple[int, int]] | None],
+        base: Entry | None,
+        template_kwargs: dict[str, Any],
+    ) -> tuple[Tokenized, Any]:
+        """The tokens of a render with stand-ins (``render``: the messages it saw, its text and generation
+        spans), checked, and the encoding's state: control tokens only where the template wrote them,
+        whatever it did with the caller's marks."""
+        shielded, rendered, generation = render
         restore = shield.restore
-        tokens = vocab.tokenize(rendered, restore, matching, previous=base.tokens if base else None)
+        tokens = vocab.tokenize(rendered, restore, self._matching, previous=base.tokens if base else None)
         state = (shielded, options, rendered, restore, generation)
         if restore:
             if tokens.escaped and shield.reject:
@@ -382,13 +452,10 @@ class Codec:
             if why is not None:
                 compared = self._compare(vocab, shield, messages, given, tokens, why)
                 if compared is not None:
-                    self._remember(slots, base, agreeing, policy, messages, shield, tokens)
-                    tokens, state = compared
-                    return Encoding(self, tokens, state)
+                    return compared
             if tokens.escaped:
                 vocab.check_escapes(tokens.runs, tokens.escaped, self.control_tokens)
-        self._remember(slots, base, agreeing, policy, messages, shield, tokens)
-        return Encoding(self, tokens, state)
+        return tokens, state
 
     def _render(self, messages: Any, options: dict[str, Any], spans: bool) -> tuple[str, list[tuple[int, int]] | None]:
         """The prompt, and the spans of its ``{% generation %}`` blocks when ``spans`` is set (else None)."""
@@ -411,6 +478,8 @@ class Codec:
         messages: Any,
         shield: Shield | None,
         tokens: Tokenized,
+        copies: list[Any] | None = None,
+        memo: Memo | None = None,
     ) -> None:
         """Keep what the next encode of this conversation can start from (plain JSON messages only)."""
         if not slots:
@@ -419,9 +488,8 @@ class Codec:
         if any(group == 0 and index < 0 for group, index in marked):
             return  # taken apart by the walk: nothing is known per message
         hit = sorted(index for group, index in marked if group == 0)
-        copies: list[Any] | None = None
         size = 0
-        if base is not None:  # seen before: a conversation that grows, worth copying its messages
+        if copies is None and base is not None:  # seen before: a conversation that grows, worth copying its messages
             copies = base.copies[:agreeing] if base.copies is not None else []
             for index in range(len(copies), len(messages)):
                 copied = copy_of(messages[index])
@@ -434,7 +502,12 @@ class Codec:
         size += sum(len(text) for text, _ in swapped.values())
         size += 2 * len(tokens.rendered) + 12 * len(tokens.ids) + 100 * len(tokens.runs)
         table = dict(shield.table) if shield is not None else {}
+        if memo is not None and memo.record is not None and memo.messages is not None:
+            # the copies and the messages seen hold about the text of the prompt each, the record its parts
+            size += 8 * (len(memo.record.pieces) + 3 * len(memo.record.starts)) + 4 * len(tokens.rendered)
         entry = Entry(slots[0], policy, copies, hit, table, tokens, size, swapped)
+        if memo is not None and memo.record is not None and memo.messages is not None and copies is not None:
+            entry.keep_render(memo.messages, memo.record, base, memo.trusted)
         extends = base is not None and (base.copies is None or agreeing == len(base.copies))
         self.history.remember(entry, replacing=base if extends else None)
 

@@ -1,0 +1,434 @@
+"""A render that takes over from the previous render of the same conversation, at its main loop.
+
+A chat that grows by a turn is rendered again whole: the template's loop over the messages runs once per
+message, every time. Most of those iterations write what they wrote the last time. This module lets a
+compiled template (:mod:`chatcodec.compiler`) skip them, and is exact by construction:
+
+* **What a loop body can see** is fixed from the template's syntax tree (:func:`plan`): the message of the
+  iteration (only its fields, read by constant keys), other messages by index, the loop's counters, and
+  names from outside the loop. A body that calls a macro or an unknown function, assigns a namespace's
+  attribute, uses ``break``/``continue``, or reads the messages or a message in any other way (iterated,
+  serialized, measured) has no plan: it is always rendered in full.
+* **What each iteration read** is recorded as it runs: the highest message index it read, through
+  ``messages[i]``, ``loop.nextitem`` or ``loop.last`` (which asks whether a next message exists); a read
+  from the end (``messages[-1]``), past it, or of ``loop.length`` counts as reading every message.
+* **A render resumes** at iteration ``k`` when iterations ``0..k-1`` cannot tell the two renders apart: the
+  names from outside the loop hold equal values (compared strictly: ``1``, ``1.0`` and ``True`` differ,
+  and so does the order of keys), the messages they read are the very same objects, which the caller
+  vouches it has not changed (``trusted``), and every comparison of a loop counter with an outside value
+  (``loop.index0 > ns.last_query_index``, which changes as the chat grows) has the same outcome for
+  those iterations. Their output is then copied from the previous render; the loop goes on from ``k``.
+
+Everything before and after the loop runs as usual, so only the loop's iterations are ever reused.
+"""
+
+from __future__ import annotations
+
+import bisect
+import marshal
+import operator
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import nodes
+
+__all__ = ["Memo", "Plan", "Record", "Recorder", "plan", "resume"]
+
+#: what an iteration that read the end of the list, or its length, counts as having read
+EVERYTHING = sys.maxsize
+
+#: the functions a resumable loop body may call by name: each gives the same result for the same arguments
+_PURE_CALLS = frozenset({"raise_exception", "namespace", "range", "dict"})
+#: what a body may read of a message (a dict): a field, by attribute or constant key, or ``get``
+_DICT_ITERATION = frozenset({"items", "keys", "values", "__iter__", "copy", "__len__"})
+#: nodes a resumable body may not hold
+_REFUSED = (
+    nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.Include, nodes.Import, nodes.FromImport,
+    nodes.Extends, nodes.Block, nodes.NSRef, nodes.ContextReference, nodes.DerivedContextReference,
+    nodes.EvalContextModifier, nodes.ScopedEvalContextModifier, nodes.OverlayScope, nodes.ExtensionAttribute,
+    nodes.ImportedName, nodes.InternalName,
+)  # fmt: skip
+#: comparisons, and what each becomes with its operands swapped
+_FLIPPED = {"eq": "eq", "ne": "ne", "gt": "lt", "lt": "gt", "gteq": "lteq", "lteq": "gteq"}
+#: loop counters and their offset from the iteration's index
+_COUNTERS = {"index0": 0, "index": 1}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A template's resumable loop: the loop, the name of what it iterates, and the outside values it only
+    compares with its counter (``(name, None)`` for a name, ``(name, attribute)`` for ``name.attribute``)."""
+
+    loop: nodes.For
+    items: str
+    thresholds: tuple[tuple[str, str | None], ...]
+
+
+def plan(template: nodes.Template) -> Plan | None:
+    """The loop over the messages at the top of ``template`` that a render may resume, if there is one."""
+    assigned_from_messages = {"messages"}
+    for node in template.body:
+        if isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name):
+            value = node.node  # `loop_messages = messages`, or a slice of it (`messages[1:]`)
+            if isinstance(value, nodes.Getitem) and isinstance(value.arg, nodes.Slice):
+                value = value.node
+            if isinstance(value, nodes.Name) and value.name in assigned_from_messages:
+                assigned_from_messages.add(node.target.name)
+        if not isinstance(node, nodes.For):
+            continue
+        iterable = node.iter
+        if isinstance(iterable, nodes.Filter) and iterable.name == "_cc_counted":  # the sandbox's counting
+            iterable = iterable.node  # type: ignore[assignment]
+        if isinstance(iterable, nodes.Name) and iterable.name in assigned_from_messages:
+            if not _messages_read_by_field(template, assigned_from_messages):
+                return None
+            return _check(node, iterable.name)
+    return None
+
+
+def _messages_read_by_field(template: nodes.Template, lists: set[str]) -> bool:
+    """Whether the template reads messages only field by field, wherever it reads them: the lists of
+    messages (``lists``) indexed, sliced, measured or looped over, and each message only by its fields.
+
+    A resumed render gives the template the messages it saw the last time, which equal the caller's in
+    every field but may hold their keys in another order: a template that never iterates or serializes a
+    message cannot tell.
+    """
+    parents: dict[int, nodes.Node] = {}
+    for parent in template.find_all(nodes.Node):
+        for child in parent.iter_child_nodes():
+            parents[id(child)] = parent
+    for child in template.iter_child_nodes():
+        parents[id(child)] = template
+    loops: list[nodes.For] = []
+    for name in template.find_all(nodes.Name):
+        if name.name not in lists or name.ctx != "load":
+            continue
+        above = parents.get(id(name))
+        if isinstance(above, nodes.Getitem) and above.node is name:
+            if isinstance(above.arg, nodes.Slice):
+                above, name = parents.get(id(above)), above  # type: ignore[assignment]
+            elif _field_read(parents.get(id(above)), above):
+                continue
+            else:
+                return False
+        if isinstance(above, nodes.Filter) and above.node is name:
+            if above.name in ("length", "count"):
+                continue
+            if above.name == "_cc_counted":
+                above, name = parents.get(id(above)), above  # type: ignore[assignment]
+        if isinstance(above, nodes.For) and above.iter is name and isinstance(above.target, nodes.Name):
+            loops.append(above)
+        elif isinstance(above, nodes.Assign) and isinstance(above.target, nodes.Name) and above.target.name in lists:
+            continue
+        elif not (isinstance(above, nodes.Test) and above.node is name):
+            return False
+    for loop in loops:
+        target = loop.target.name  # type: ignore[attr-defined]
+        for top in loop.body:
+            for node in [top, *top.find_all(nodes.Name)]:
+                is_target = isinstance(node, nodes.Name) and node.name == target and node.ctx == "load"
+                if is_target and not _field_read(parents.get(id(node)), node):
+                    return False
+    return True
+
+
+def _check(loop: nodes.For, items: str) -> Plan | None:
+    if loop.else_ or loop.test is not None or loop.recursive or not isinstance(loop.target, nodes.Name):
+        return None
+    target = loop.target.name
+    parents: dict[int, nodes.Node] = {}
+    everything = [n for top in loop.body for n in [top, *top.find_all(nodes.Node)]]
+    for parent in everything:
+        for child in parent.iter_child_nodes():
+            parents[id(child)] = parent
+    stored = {n.name for n in everything if isinstance(n, nodes.Name) and n.ctx in ("store", "param")}
+    if target in stored or items in stored or "loop" in stored:
+        return None
+    inner = {id(n) for f in everything if isinstance(f, nodes.For) for top in f.body for n in top.find_all(nodes.Node)}
+    compared: dict[int, str] = {}  # id of an outside value compared with the counter -> how
+    for node in everything:
+        if isinstance(node, _REFUSED) or (isinstance(node, nodes.Filter) and node.name == "random"):
+            return None
+        if isinstance(node, nodes.Call) and not _pure_call(node):
+            return None
+        if isinstance(node, nodes.Compare) and id(node) not in inner and len(node.ops) == 1:
+            left, right = node.expr, node.ops[0].expr
+            if _counter(left) is not None and _outside(right):
+                compared[id(right)] = node.ops[0].op
+            elif _counter(right) is not None and _outside(left):
+                compared[id(left)] = _FLIPPED.get(node.ops[0].op, "")
+    uses: dict[tuple[str, str | None], list[bool]] = {}  # (name, attribute) -> compared only, per use
+    for node in everything:
+        if not (isinstance(node, nodes.Name) and node.ctx == "load"):
+            continue
+        above = parents.get(id(node))
+        if node.name == target and not _field_read(above, node):
+            return None
+        if node.name == items and not (
+            isinstance(above, nodes.Getitem) and above.node is node and _field_read(parents.get(id(above)), above)
+        ):
+            return None
+        if node.name in (target, items, "loop") or node.name in stored:
+            continue
+        if isinstance(above, nodes.Getattr) and above.node is node:
+            uses.setdefault((node.name, above.attr), []).append(compared.get(id(above)) in _FLIPPED)
+        uses.setdefault((node.name, None), []).append(compared.get(id(node)) in _FLIPPED)
+    thresholds: list[tuple[str, str | None]] = []
+    for (name, attribute), compared_only in uses.items():
+        if attribute is not None and all(compared_only):
+            thresholds.append((name, attribute))
+        elif attribute is None and all(compared_only) and not any(k[0] == name and k[1] for k in uses):
+            thresholds.append((name, None))
+    return Plan(loop, items, tuple(thresholds))
+
+
+def comparisons(plan: Plan) -> Iterator[tuple[str, int, str, str | None]]:
+    """Each comparison of the loop's counter with a threshold: ``(op, shift, name, attribute)``, meaning
+    ``index0 + shift <op> name.attribute`` (or ``name``)."""
+    for test in plan.loop.find_all(nodes.Compare):
+        if len(test.ops) != 1:
+            continue
+        op = test.ops[0].op
+        for counter, other, how in ((test.expr, test.ops[0].expr, op), (test.ops[0].expr, test.expr, _FLIPPED.get(op))):
+            shift = _counter(counter)
+            if shift is None or how is None or not _outside(other):
+                continue
+            if isinstance(other, nodes.Name):
+                name, attribute = other.name, None
+            else:
+                name, attribute = other.node.name, other.attr  # type: ignore[attr-defined]
+            if (name, attribute) in plan.thresholds:
+                yield how, shift, name, attribute
+
+
+def _pure_call(call: nodes.Call) -> bool:
+    """A method of a value (``content.split(...)``), or a function of :data:`_PURE_CALLS`."""
+    function = call.node
+    if isinstance(function, nodes.Getattr):
+        return not (isinstance(function.node, nodes.Name) and function.node.name == "loop")
+    return isinstance(function, nodes.Name) and function.name in _PURE_CALLS
+
+
+def _counter(node: nodes.Node) -> int | None:
+    if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop":
+        return _COUNTERS.get(node.attr)
+    return None
+
+
+def _outside(node: nodes.Node) -> bool:
+    return isinstance(node, nodes.Name) or (isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name))
+
+
+def _field_read(above: nodes.Node | None, value: nodes.Node) -> bool:
+    """Whether ``above`` reads one field of ``value`` (a message): ``m.role``, ``m['role']``, ``m.get(...)``,
+    or tests it (``m is mapping``); nothing that depends on the order or the number of its keys."""
+    if isinstance(above, nodes.Getattr) and above.node is value:
+        return above.attr not in _DICT_ITERATION
+    if isinstance(above, nodes.Getitem) and above.node is value:
+        return isinstance(above.arg, nodes.Const) and type(above.arg.value) is str
+    return isinstance(above, nodes.Test) and above.node is value
+
+
+# --- at run time ---------------------------------------------------------------------------------------
+
+
+class Record:
+    """What one render kept of its resumable loop: what it iterated and saw from outside, its output
+    (``pieces``, the loop's from ``base`` on), where each iteration's output starts (``starts``, relative to
+    ``base``, and the end), and the highest message index iterations ``0..i`` read (``reach``)."""
+
+    __slots__ = ("base", "function", "items", "key", "pieces", "reach", "starts", "thresholds")
+
+    def __init__(
+        self,
+        function: Any,
+        items: list[Any],
+        key: tuple[Any, ...],
+        thresholds: tuple[tuple[str, int, Any], ...],
+        pieces: list[str],
+        base: int,
+        starts: list[int],
+        reach: list[int],
+    ) -> None:
+        self.function = function
+        self.items = items
+        self.key = key
+        self.thresholds = thresholds
+        self.pieces = pieces
+        self.base = base
+        self.starts = starts
+        self.reach = reach
+
+
+class Memo:
+    """What a caller gives a render to resume from: the ``previous`` render's record, and how many leading
+    messages it vouches for (``trusted``: the same objects as then, unchanged); the render leaves its own
+    record in ``record``."""
+
+    __slots__ = ("messages", "previous", "record", "resumed", "trusted")
+
+    def __init__(self, previous: Record | None = None, trusted: int = 0) -> None:
+        self.previous = previous
+        self.trusted = trusted
+        self.record: Record | None = None
+        #: the messages the render saw (normalized), which a caller may pass again as the trusted ones
+        self.messages: list[Any] | None = None
+        #: how many iterations the render took over (for tests and benchmarks)
+        self.resumed = 0
+
+
+class Recorder:
+    """The running loop's record: compiled code calls :meth:`begin` and :meth:`end` around each iteration."""
+
+    __slots__ = (
+        "base", "current", "function", "items", "key", "memo",
+        "pieces", "reach", "start", "starts", "thresholds", "top",
+    )  # fmt: skip
+
+    def __init__(self, memo: Memo, function: Any, items: list[Any], key: tuple[Any, ...], thresholds: Any) -> None:
+        self.memo = memo
+        self.function = function
+        self.items = items
+        self.key = key
+        self.thresholds = thresholds
+        self.start = 0
+        self.current = 0
+        self.top = -1
+        self.pieces: list[str] = []
+        self.base = 0
+        self.starts: list[int] = []
+        self.reach: list[int] = []
+
+    def begin(self, index: int, at: int) -> None:
+        self.starts.append(at - self.base)
+        self.current = index
+
+    def see(self, index: int, length: int) -> bool:
+        """Iteration reads whether message ``index`` exists (``loop.last``) or what it is (``loop.nextitem``)."""
+        if index >= length:
+            self.current = EVERYTHING
+        elif index > self.current:
+            self.current = index
+        return True
+
+    def everything(self) -> bool:
+        """The iteration read the length of the list (``loop.length``, ``loop.revindex``)."""
+        self.current = EVERYTHING
+        return True
+
+    def end(self) -> None:
+        if self.current > self.top:
+            self.top = self.current
+        self.reach.append(self.top)
+
+    def done(self, at: int) -> None:
+        self.starts.append(at - self.base)
+        self.memo.record = Record(
+            self.function, self.items, self.key, self.thresholds, self.pieces, self.base, self.starts, self.reach
+        )
+
+
+def resume(
+    memo: Memo,
+    function: Any,
+    messages: Any,
+    items: Any,
+    key: tuple[Any, ...],
+    thresholds: tuple[tuple[str, int, Any], ...],
+    output: list[str],
+) -> Recorder:
+    """At the loop's start: a recorder, with the iterations that need not run again copied to ``output`` and
+    :attr:`Recorder.start` the first one to run."""
+    recorder = Recorder(memo, function, items, key, thresholds)
+    recorder.pieces = output
+    recorder.base = len(output)
+    previous = memo.previous
+    if previous is None or previous.function is not function or type(items) is not list:
+        return recorder
+    start = _agreeing(previous, messages, items, memo.trusted)
+    if start and not _same(previous.key, key):
+        start = 0
+    for (op, shift, value), (_, _, before) in zip(thresholds, previous.thresholds, strict=True):
+        if start:
+            start = min(start, _first_disagreement(op, shift, before, value))
+    if start:
+        begin, end = previous.base, previous.base + previous.starts[start]
+        output.extend(previous.pieces[begin:end])
+        recorder.starts = previous.starts[:start]
+        recorder.reach = previous.reach[:start]
+        recorder.top = previous.reach[start - 1]
+        recorder.start = memo.resumed = start
+    return recorder
+
+
+def _agreeing(previous: Record, messages: Any, items: list[Any], trusted: int) -> int:
+    """How many iterations read only messages that are the same, vouched-for objects as the last time."""
+    if type(messages) is not list:
+        return 0
+    offset = 0 if items is messages else len(messages) - len(items)  # `loop_messages = messages[1:]`
+    bound = min(trusted - offset, len(items), len(previous.items))
+    if offset < 0 or bound <= 0:
+        return 0
+    same = list(map(operator.is_, items[:bound], previous.items[:bound]))
+    if offset:
+        same = list(map(operator.and_, same, map(operator.is_, items[:bound], messages[offset : offset + bound])))
+    if False in same:
+        bound = same.index(False)
+    return min(bisect.bisect_left(previous.reach, bound), bound)
+
+
+def _first_disagreement(op: str, shift: int, before: Any, after: Any) -> int:
+    """The first index ``i >= 0`` where ``i + shift <op> before`` and ``i + shift <op> after`` differ."""
+    if _same(before, after):
+        return EVERYTHING
+    if type(before) is not int or type(after) is not int:
+        return 0
+    if op in ("eq", "ne"):
+        points = [v - shift for v in (before, after) if v - shift >= 0]
+        return min(points, default=EVERYTHING)
+    edge = {"gt": 1, "gteq": 0, "lt": 0, "lteq": 1}[op]  # the outcome flips at i = value - shift + edge
+    return max(0, min(before, after) - shift + edge)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Strict equality of plain values: types and the order of keys count (``1 == True`` does not)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(map(_same, a, b))
+    try:
+        return marshal.dumps(a, 2) == marshal.dumps(b, 2)  # version 2: no references, one text per value
+    except ValueError:  # not plain data (an undefined value is the same object in every render, or not same)
+        return False
+
+
+def value(item: Any, thresholds: Sequence[str], namespace: type) -> Any:
+    """What a name from outside the loop contributes to the key: a namespace's attributes (without those
+    only compared with the counter), anything else as it is."""
+    if type(item) is namespace:
+        return tuple((k, v) for k, v in item.__dict__.items() if k not in thresholds)
+    return item
+
+
+def attribute(item: Any, name: str, namespace: type) -> Any:
+    """A namespace's (or dict's) attribute compared with the counter, or the item itself if it has none."""
+    if type(item) is namespace:
+        return item.__dict__.get(name, item)
+    if type(item) is dict:
+        return item.get(name, item)
+    return item
+
+
+def names(body: Sequence[nodes.Node], skip: set[str]) -> Iterator[str]:
+    """The names a loop body reads, in order, each once, but ``skip``."""
+    seen = set(skip)
+    for top in body:
+        for node in [top, *top.find_all(nodes.Name)]:
+            if isinstance(node, nodes.Name) and node.ctx == "load" and node.name not in seen:
+                seen.add(node.name)
+                yield node.name
