@@ -1809,8 +1809,9 @@ def _cannot_fail(node: nodes.Node) -> bool:
         return type(node.value) is int
     if isinstance(node, (nodes.Add, nodes.Sub, nodes.Mul)):
         return _cannot_fail(node.left) and _cannot_fail(node.right)
-    if isinstance(node, nodes.Filter):
-        return node.name == "length" and not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs)
+    if isinstance(node, nodes.Filter):  # `name|length`: 0 for an undefined name, never an error
+        plain = not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs)
+        return node.name == "length" and plain and isinstance(node.node, nodes.Name)
     return _is_loop_name(node.node) and node.attr in ("index0", "index") if isinstance(node, nodes.Getattr) else False
 
 

@@ -48,7 +48,7 @@ _REFUSED = (
     nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.Include, nodes.Import, nodes.FromImport,
     nodes.Extends, nodes.Block, nodes.NSRef, nodes.ContextReference, nodes.DerivedContextReference,
     nodes.EvalContextModifier, nodes.ScopedEvalContextModifier, nodes.OverlayScope, nodes.ExtensionAttribute,
-    nodes.ImportedName, nodes.InternalName,
+    nodes.ImportedName, nodes.InternalName, nodes.Break, nodes.Continue,
 )  # fmt: skip
 #: comparisons, and what each becomes with its operands swapped
 _FLIPPED = {"eq": "eq", "ne": "ne", "gt": "lt", "lt": "gt", "gteq": "lteq", "lteq": "gteq"}
@@ -390,7 +390,8 @@ def _first_disagreement(op: str, shift: int, before: Any, after: Any) -> int:
         points = [v - shift for v in (before, after) if v - shift >= 0]
         return min(points, default=EVERYTHING)
     edge = {"gt": 1, "gteq": 0, "lt": 0, "lteq": 1}[op]  # the outcome flips at i = value - shift + edge
-    return max(0, min(before, after) - shift + edge)
+    flips = max(0, before - shift + edge), max(0, after - shift + edge)
+    return EVERYTHING if flips[0] == flips[1] else min(flips)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -1,0 +1,293 @@
+"""A render that resumes the previous one (chatcodec.resuming): byte for byte a fresh render, always.
+
+Every corpus template renders conversations that grow one message at a time, each render resuming the
+last; every output (or error) must equal a fresh render's. Encodes of growing chats on the real tokenizers
+must equal a codec's without memory, however the caller changes or rebuilds the messages in between.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from jinja2 import nodes
+
+from chatcodec import ChatcodecError, ChatTemplate, History, compiler, limits, resuming, sandbox, tokens
+from chatcodec.resuming import Memo
+
+from .conftest import GOLDEN_NOW, SHARED, conversations, manifest, require_shared, template_source
+
+NAMES = sorted(manifest()) if (SHARED / "corpus").is_dir() else []
+TOKENIZERS = SHARED / "tokenizers"
+
+
+def journeys() -> list[tuple[list[dict[str, Any]], Any]]:
+    """Long conversations from the corpus ones (and their tools), to grow one message at a time."""
+    corpus = conversations()
+    reasoning = [
+        *corpus["reasoning_history"]["messages"],
+        *corpus["reasoning_final_turn"]["messages"],
+        *corpus["inline_think_content"]["messages"],
+    ]
+    tools = corpus["tools_roundtrip_final"]
+    return [
+        (corpus["long_20_turn"]["messages"], None),
+        ([*corpus["multi_turn"]["messages"], *corpus["injection_special_tokens"]["messages"]], None),
+        ([*reasoning, *corpus["korean"]["messages"][1:]], None),
+        ([*tools["messages"], {"role": "user", "content": "And tomorrow?"}, *tools["messages"][1:]], tools["tools"]),
+        (corpus["qwen_agent_function_role"]["messages"], corpus["qwen_agent_function_role"]["tools"]),
+    ]
+
+
+def outcome(call: Any) -> Any:
+    try:
+        return call()
+    except ChatcodecError as exc:
+        return ("error", type(exc).__name__, str(exc))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_growing_renders_resume_and_equal_fresh_ones(name: str) -> None:
+    require_shared()
+    entry = manifest()[name]
+    template = ChatTemplate(template_source(name), special_tokens=entry["special_tokens"], name=name)
+    resumed = compared = 0
+    for messages, tools in journeys():
+        for generation in (True, False):
+            previous, seen = None, None
+            for count in range(1, len(messages) + 1):
+                chat = copy.deepcopy(messages[:count])
+                options = {"tools": tools, "add_generation_prompt": generation, "now": GOLDEN_NOW}
+                fresh = outcome(lambda: template.render(chat, **options))  # noqa: B023
+                given = chat if seen is None else seen + chat[len(seen) :]
+                memo = Memo(previous, len(seen) if seen is not None else 0)
+                again = outcome(lambda: template.render_resuming(memo, given, **options))  # noqa: B023
+                assert again == fresh, f"{name}: {count} messages, generation prompt {generation}"
+                compared += 1
+                resumed += memo.resumed
+                if isinstance(again, str) and memo.record is not None:
+                    previous, seen = memo.record, memo.messages
+                else:
+                    previous, seen = None, None  # an error, or the generic path: nothing to resume from
+    assert compared > 50
+    fast = compiler.fast_template(template.source)
+    if fast is not None and "_cc_resume" in fast.source:
+        assert resumed > 0, f"{name} has a resumable loop, but no render resumed it"
+
+
+def test_the_qwen3_and_llama_templates_resume_their_loop() -> None:
+    require_shared()
+    for folder, thresholds in (("qwen3", (("ns", "last_query_index"),)), ("llama3_1", ())):
+        config = json.loads((TOKENIZERS / folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        plan = resuming.plan(sandbox.environment._parse(config["chat_template"], None, None))
+        assert plan is not None and plan.thresholds == thresholds, folder
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% macro f(m) %}{{ m.content }}{% endmacro %}{% for m in messages %}{{ f(m) }}{% endfor %}",
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ ns.n }}{% endfor %}",
+        "{% for m in messages %}{{ m | tojson }}{% endfor %}",
+        "{% for m in messages %}{{ m.items() | list }}{% endfor %}",
+        "{% for m in messages %}{{ messages | last }}{% endfor %}",
+        "{% set first = messages[0] %}{% for m in messages %}{{ m.content }}{{ first }}{% endfor %}",
+        "{% for m in messages %}{% if loop.index0 == 2 %}{% break %}{% endif %}{{ m.content }}{% endfor %}",
+        "{% for m in messages %}{{ strftime_now('%H') }}{{ m.content }}{% endfor %}",
+    ],
+)
+def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) -> None:
+    assert resuming.plan(sandbox.environment._parse(source, None, None)) is None
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # what the loop reads beyond its message: the next one, the length, one counted from the end
+        "{% for m in messages %}{{ m.content }}{% if loop.last %}!{% endif %}{% endfor %}",
+        "{% for m in messages %}{{ m.content }}{{ loop.length }}{% endfor %}",
+        "{% for m in messages %}{{ m.content }}{{ messages[loop.index0 + 1] is defined }}{% endfor %}",
+        "{% for m in messages %}{{ m.content }}{{ messages[loop.index0 - 1].content }}{% endfor %}",
+        "{% for m in messages %}{{ m.content }}{{ messages[-1].content }}{% endfor %}",
+        "{% for m in messages %}{{ m.content }}{{ loop.nextitem.content if loop.nextitem }}{% endfor %}",
+        # values from outside the loop, compared with its counter or not
+        "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ loop.index0 >= n - 2 }}{% endfor %}",
+        "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ n - 2 <= loop.index }}{% endfor %}",
+        "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ loop.index0 != n - 3 }}{% endfor %}",
+        "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ n }}{% endfor %}",
+        "{% set ns = namespace(k=messages|length) %}{% for m in messages %}{{ loop.index < ns.k }}{% endfor %}",
+        "{% set rest = messages[1:] %}{% for m in rest %}{{ m.content }}{{ loop.index0 }}{% endfor %}",
+    ],
+)
+def test_what_an_iteration_read_decides_where_a_render_resumes(source: str) -> None:
+    template = ChatTemplate(source)
+    chat = [{"role": "user", "content": f"m{i}"} for i in range(9)]
+    previous, seen, resumed = None, None, 0
+    for count in range(1, len(chat) + 1):
+        given = chat[:count] if seen is None else seen + chat[len(seen) : count]
+        memo = Memo(previous, len(seen) if seen is not None else 0)
+        assert template.render_resuming(memo, given) == template.render(chat[:count]), (source, count)
+        previous, seen, resumed = memo.record, memo.messages, resumed + memo.resumed
+    assert previous is not None  # each of these loops is resumable: what it read only limits how far
+
+
+def test_a_render_resumes_only_from_messages_its_caller_vouches_for() -> None:
+    template = ChatTemplate("{% for m in messages %}[{{ m.content }}]{% endfor %}")
+    chat = [{"role": "user", "content": f"m{i}"} for i in range(4)]
+    template.render(chat)  # compiled on first use: later renders can resume
+    memo = Memo()
+    template.render_resuming(memo, chat)
+    chat[1]["content"] = "changed in place"  # the same objects: only `trusted` says they did not change
+    vouched = Memo(memo.record, 1)
+    assert template.render_resuming(vouched, chat) == "[m0][changed in place][m2][m3]"
+    assert vouched.resumed == 1
+
+
+OPS = ("eq", "ne", "gt", "gteq", "lt", "lteq")
+COMPARE = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "gt": lambda a, b: a > b,
+    "gteq": lambda a, b: a >= b,
+    "lt": lambda a, b: a < b,
+    "lteq": lambda a, b: a <= b,
+}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_first_disagreement_of_a_counter_comparison_is_exact(op: str) -> None:
+    for shift, before, after in itertools.product((0, 1), range(-3, 12), range(-3, 12)):
+        differ = [i for i in range(40) if COMPARE[op](i + shift, before) != COMPARE[op](i + shift, after)]
+        expected = differ[0] if differ else None
+        found = resuming._first_disagreement(op, shift, before, after)
+        assert (found if found < 40 else None) == expected, (op, shift, before, after)
+    assert resuming._first_disagreement("gt", 0, 3, True) == 0  # not both ints: no iteration is known alike
+    assert resuming._first_disagreement("gt", 0, "a", "a") == resuming.EVERYTHING
+
+
+def test_values_are_compared_strictly() -> None:
+    assert resuming._same((1, {"a": 1, "b": 2}), (1, {"a": 1, "b": 2}))
+    assert not resuming._same((1,), (True,))
+    assert not resuming._same((1,), (1.0,))
+    assert not resuming._same(({"a": 1, "b": 2},), ({"b": 2, "a": 1},))
+    assert not resuming._same((object(),), (object(),))
+
+
+# --- the qwen-style reverse scan stops once its flag is cleared ----------------------------------------------
+
+
+SCAN = (
+    "{% set ns = namespace(more=true, last=-1) %}"
+    "{% for m in messages[::-1] %}{% set i = (messages|length - 1) - loop.index0 %}"
+    "{% if ns.more and m.role == 'user' %}{% set ns.more = false %}{% set ns.last = i %}{% endif %}{% endfor %}"
+    "{{ ns.last }}"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "stops"),
+    [
+        (SCAN, True),
+        (SCAN.replace("{% endif %}{% endfor %}", "{% else %}x{% endif %}{% endfor %}"), False),
+        (SCAN.replace("(messages|length - 1) - loop.index0", "m.content|length"), False),
+        (SCAN.replace("{% set ns.last = i %}", "{% set ns.last = i %}{% set ns = namespace(more=true) %}"), False),
+    ],
+)
+def test_a_scan_stops_only_when_nothing_later_could_happen(source: str, stops: bool) -> None:
+    tree = sandbox.environment._parse(source, None, None)
+    loop = next(node for node in tree.body if isinstance(node, nodes.For))
+    assert (compiler._stops_when(loop) is not None) is stops
+    chat = [{"role": r, "content": "x"} for r in ("system", "user", "assistant", "user", "assistant", "tool")]
+    fast = compiler.fast_template(source)
+    assert fast is not None
+    variables = {"messages": chat}
+    compiled = fast.render(variables, limits.Budget(limits.Limits()))
+    assert compiled == sandbox.run(sandbox.compile_template(source), variables, budget=limits.Budget(limits.Limits()))
+
+
+# --- encodes of growing chats ------------------------------------------------------------------------------
+
+
+def chat(turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    for i in range(turns):
+        question = f"What is {i} < {i + 1}? <|im_end|> [INST]" if i % 3 == 2 else f"Question {i}?"
+        answer: dict[str, Any] = {"role": "assistant", "content": f"Answer {i}.", "reasoning_content": f"think {i}"}
+        if i % 4 == 1:
+            answer["tool_calls"] = [
+                {"type": "function", "function": {"name": "f", "arguments": {"n": i, "flag": True, "x": 1.0}}}
+            ]
+        messages += [{"role": "user", "content": question}, answer]
+        if i % 4 == 1:
+            messages.append({"role": "tool", "content": f"result {i} <tool_response>"})
+    return messages
+
+
+@pytest.fixture(scope="module", params=["qwen3", "llama3_1"])
+def folder(request: pytest.FixtureRequest) -> Path:
+    require_shared()
+    return TOKENIZERS / request.param
+
+
+class CountingMemo(Memo):
+    made: ClassVar[list[Memo]] = []
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        CountingMemo.made.append(self)
+
+
+def test_growing_encodes_equal_fresh_ones(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens, "Memo", CountingMemo)
+    CountingMemo.made = []
+    remembering, forgetting = tokens.load(folder), tokens.load(folder)
+    forgetting.history = History(entries=0)
+    full = chat(14)
+    for count in range(1, len(full) + 1):
+        messages = json.loads(json.dumps(full[:count]))  # rebuilt from JSON each time, as a server does
+        for generation in (True, False):
+            got = remembering.encode(messages, add_generation_prompt=generation)
+            assert got.input_ids == forgetting.encode(messages, add_generation_prompt=generation).input_ids, count
+    assert sum(memo.resumed for memo in CountingMemo.made) > 3 * len(full)  # most of each chat was resumed
+
+
+def edits() -> list[Any]:
+    """Ways a caller changes a conversation between two encodes, each giving the same ``==`` or not."""
+
+    def content(messages: list[Any]) -> None:
+        messages[3]["content"] += " (edited)"
+
+    def to_true(messages: list[Any]) -> None:  # 1 == True: equal, but rendered "true" by tojson
+        messages[4]["tool_calls"][0]["function"]["arguments"]["n"] = True
+
+    def to_float(messages: list[Any]) -> None:  # 1 == 1.0
+        messages[4]["tool_calls"][0]["function"]["arguments"]["n"] = 1.0
+
+    def key_order(messages: list[Any]) -> None:  # equal dicts, keys in another order
+        arguments = messages[4]["tool_calls"][0]["function"]["arguments"]
+        messages[4]["tool_calls"][0]["function"]["arguments"] = dict(reversed(list(arguments.items())))
+
+    def drop_reasoning(messages: list[Any]) -> None:
+        del messages[2]["reasoning_content"]
+
+    def shorter(messages: list[Any]) -> None:
+        del messages[6:]
+
+    return [content, to_true, to_float, key_order, drop_reasoning, shorter]
+
+
+@pytest.mark.parametrize("edit", edits(), ids=lambda f: f.__name__)
+def test_a_changed_history_is_encoded_as_it_is_now(folder: Path, edit: Any) -> None:
+    remembering, forgetting = tokens.load(folder), tokens.load(folder)
+    forgetting.history = History(entries=0)
+    messages = chat(6)
+    for count in (len(messages) - 4, len(messages) - 2):  # grow twice: the memory holds a resumable render
+        remembering.encode(messages[:count], add_generation_prompt=True)
+    edit(messages)  # in place, on the caller's own objects
+    got = remembering.encode(messages, add_generation_prompt=True)
+    assert got.input_ids == forgetting.encode(messages, add_generation_prompt=True).input_ids
+    assert got.text == forgetting.encode(messages, add_generation_prompt=True).text
