@@ -224,11 +224,14 @@ def _outside(node: nodes.Node) -> bool:
 
 def _field_read(above: nodes.Node | None, value: nodes.Node) -> bool:
     """Whether ``above`` reads one field of ``value`` (a message): ``m.role``, ``m['role']``, ``m.get(...)``,
-    or tests it (``m is mapping``); nothing that depends on the order or the number of its keys."""
+    ``'role' in m``, or tests it (``m is mapping``); nothing that depends on the order or the number of its
+    keys."""
     if isinstance(above, nodes.Getattr) and above.node is value:
         return above.attr not in _DICT_ITERATION
     if isinstance(above, nodes.Getitem) and above.node is value:
         return isinstance(above.arg, nodes.Const) and type(above.arg.value) is str
+    if isinstance(above, nodes.Operand):  # `'tool_calls' in message`: whether it has a key
+        return above.op in ("in", "notin") and above.expr is value
     return isinstance(above, nodes.Test) and above.node is value
 
 
