@@ -310,11 +310,11 @@ class Vocabulary:
         sensitive = self.start_sensitive
         cache = self._cache
         added = self.added
-        at = 0
+        at = kept_text = 0
         if previous is not None and not dropped:
             kept = previous.resume_point(rendered, self.longest)
             if kept is not None:
-                at = previous.stops[kept]
+                at = kept_text = previous.stops[kept]
                 runs = previous.runs[: previous.stop_runs[kept]]
                 ids = previous.ids[: previous.stop_ids[kept]]
                 stops, stop_runs = previous.stops[: kept + 1], previous.stop_runs[: kept + 1]
@@ -368,7 +368,12 @@ class Vocabulary:
         while next_stop < len(stop_runs):
             stop_ids.append(len(ids))
             next_stop += 1
-        text = _swap(rendered, restore) if restore else rendered
+        if not restore:
+            text = rendered
+        elif kept_text:  # stand-ins swap one character for one: the text agrees as far as the prompt does
+            text = previous.text[:kept_text] + _swap(rendered[kept_text:], restore)  # type: ignore[union-attr]
+        else:
+            text = _swap(rendered, restore)
         if len(escaped) > 1:
             escaped.sort()
         return Tokenized(rendered, runs, text, escaped, ids, stops, stop_runs, stop_ids)
