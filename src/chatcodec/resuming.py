@@ -238,32 +238,20 @@ def _field_read(above: nodes.Node | None, value: nodes.Node) -> bool:
 # --- at run time ---------------------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
 class Record:
     """What one render kept of its resumable loop: what it iterated and saw from outside, its output
     (``pieces``, the loop's from ``base`` on), where each iteration's output starts (``starts``, relative to
     ``base``, and the end), and the highest message index iterations ``0..i`` read (``reach``)."""
 
-    __slots__ = ("base", "function", "items", "key", "pieces", "reach", "starts", "thresholds")
-
-    def __init__(
-        self,
-        function: Any,
-        items: list[Any],
-        key: tuple[Any, ...],
-        thresholds: tuple[tuple[str, int, Any], ...],
-        pieces: list[str],
-        base: int,
-        starts: list[int],
-        reach: list[int],
-    ) -> None:
-        self.function = function
-        self.items = items
-        self.key = key
-        self.thresholds = thresholds
-        self.pieces = pieces
-        self.base = base
-        self.starts = starts
-        self.reach = reach
+    function: Any
+    items: list[Any]
+    key: tuple[Any, ...]
+    thresholds: tuple[tuple[str, int, Any], ...]
+    pieces: list[str]
+    base: int
+    starts: list[int]
+    reach: list[int]
 
 
 class Memo:
