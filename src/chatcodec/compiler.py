@@ -319,6 +319,8 @@ _RUNTIME: dict[str, Any] = {
     "_cc_resume": resuming.resume,
     "_cc_memo_value": resuming.value,
     "_cc_memo_attr": resuming.attribute,
+    "_cc_memo_snapshot": resuming.snapshot,
+    "_cc_memo_restore": resuming.restore,
     "_cc_memo_item": _memo_item,
 }
 
@@ -339,6 +341,8 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._plan: resuming.Plan | None = None
         self._memo_items: str | None = None
         self._memo_loop: str | None = None
+        #: the tuple (Python source) of the states of the namespaces the resumable loop sets
+        self._memo_state = ""
         self._globals: dict[str, str] = {}
         #: names read from the render's variables, each once per render, and what stands for a missing one
         self._resolved: dict[str, str] = {}
@@ -956,7 +960,7 @@ class _FastGenerator(sandbox._CodeGenerator):
             self._memo_loop = None
             self.writeline("if _mq is not None:")
             self.indent()
-            self.writeline("_mq.done(len(_o))")
+            self.writeline(f"_mq.done(len(_o), ({self._memo_state}))")
             self.outdent()
         if loop_ref is not None:
             self._fast_loops.pop(loop_ref, None)  # `loop` after the loop is not this one's
@@ -1014,6 +1018,15 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.writeline(
             f"_mq = None if _mm is None else _cc_resume(_mm, root, _m, {items}, ({key}), ({compared_values}), _o)"
         )
+        # the namespaces the body sets: saved at each iteration's start, and put back where the loop resumes
+        written = [ref for ref in (self._outside_value(name, loop_frame) for name in plan.written) if ref is not None]
+        self._memo_state = "".join(f"_cc_memo_snapshot({ref}, _Namespace), " for ref in written)
+        if written:
+            self.writeline("if _mq is not None and _mq.state is not None:")
+            self.indent()
+            for number, ref in enumerate(written):
+                self.writeline(f"_cc_memo_restore({ref}, _mq.state[{number}])")
+            self.outdent()
         self.writeline(f"for {index} in range(0 if _mq is None else _mq.start, {length}):")
         return index, length, weighed
 
@@ -1031,7 +1044,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.outdent(2)
         self.writeline("if _mq is not None:")
         self.indent()
-        self.writeline(f"_mq.begin({index}, len(_o))")
+        self.writeline(f"_mq.begin({index}, len(_o), ({self._memo_state}))")
         self.outdent()
 
     def _outside_value(self, name: str, loop_frame: Frame) -> str | None:

@@ -6,9 +6,9 @@ compiled template (:mod:`chatcodec.compiler`) skip them, and is exact by constru
 
 * **What a loop body can see** is fixed from the template's syntax tree (:func:`plan`): the message of the
   iteration (only its fields, read by constant keys), other messages by index, the loop's counters, and
-  names from outside the loop. A body that calls a macro or an unknown function, assigns a namespace's
-  attribute, uses ``break``/``continue``, or reads the messages or a message in any other way (iterated,
-  serialized, measured) has no plan: it is always rendered in full.
+  names from outside the loop, and the namespaces it sets attributes of. A body that calls a macro or an
+  unknown function, uses ``break``/``continue``, or reads the messages or a message in any other way
+  (iterated, serialized, measured) has no plan: it is always rendered in full.
 * **What each iteration read** is recorded as it runs: the highest message index it read, through
   ``messages[i]``, ``loop.nextitem`` or ``loop.last`` (which asks whether a next message exists); a read
   from the end (``messages[-1]``), past it, or of ``loop.length`` counts as reading every message.
@@ -17,7 +17,8 @@ compiled template (:mod:`chatcodec.compiler`) skip them, and is exact by constru
   and so does the order of keys), the messages they read are the very same objects, which the caller
   vouches it has not changed (``trusted``), and every comparison of a loop counter with an outside value
   (``loop.index0 > ns.last_query_index``, which changes as the chat grows) has the same outcome for
-  those iterations. Their output is then copied from the previous render; the loop goes on from ``k``.
+  those iterations. Their output is then copied from the previous render, the namespaces the loop sets
+  are put back as they were at the start of iteration ``k``, and the loop goes on from there.
 
 Everything before and after the loop runs as usual, so only the loop's iterations are ever reused.
 """
@@ -46,7 +47,7 @@ _DICT_ITERATION = frozenset({"items", "keys", "values", "__iter__", "copy", "__l
 #: nodes a resumable body may not hold
 _REFUSED = (
     nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.Include, nodes.Import, nodes.FromImport,
-    nodes.Extends, nodes.Block, nodes.NSRef, nodes.ContextReference, nodes.DerivedContextReference,
+    nodes.Extends, nodes.Block, nodes.ContextReference, nodes.DerivedContextReference,
     nodes.EvalContextModifier, nodes.ScopedEvalContextModifier, nodes.OverlayScope, nodes.ExtensionAttribute,
     nodes.ImportedName, nodes.InternalName, nodes.Break, nodes.Continue,
 )  # fmt: skip
@@ -58,12 +59,14 @@ _COUNTERS = {"index0": 0, "index": 1}
 
 @dataclass(frozen=True)
 class Plan:
-    """A template's resumable loop: the loop, the name of what it iterates, and the outside values it only
-    compares with its counter (``(name, None)`` for a name, ``(name, attribute)`` for ``name.attribute``)."""
+    """A template's resumable loop: the loop, the name of what it iterates, the outside values it only
+    compares with its counter (``(name, None)`` for a name, ``(name, attribute)`` for ``name.attribute``),
+    and the namespaces it sets attributes of (their state is kept at the start of every iteration)."""
 
     loop: nodes.For
     items: str
     thresholds: tuple[tuple[str, str | None], ...]
+    written: tuple[str, ...] = ()
 
 
 def plan(template: nodes.Template) -> Plan | None:
@@ -176,13 +179,16 @@ def _check(loop: nodes.For, items: str) -> Plan | None:
         if isinstance(above, nodes.Getattr) and above.node is node:
             uses.setdefault((node.name, above.attr), []).append(compared.get(id(above)) in _FLIPPED)
         uses.setdefault((node.name, None), []).append(compared.get(id(node)) in _FLIPPED)
+    written = tuple(sorted({n.name for n in everything if isinstance(n, nodes.NSRef)}))
+    if target in written or items in written:
+        return None
     thresholds: list[tuple[str, str | None]] = []
     for (name, attribute), compared_only in uses.items():
-        if attribute is not None and all(compared_only):
+        if name in written or not all(compared_only):
+            continue
+        if attribute is not None or not any(k[0] == name and k[1] for k in uses):
             thresholds.append((name, attribute))
-        elif attribute is None and all(compared_only) and not any(k[0] == name and k[1] for k in uses):
-            thresholds.append((name, None))
-    return Plan(loop, items, tuple(thresholds))
+    return Plan(loop, items, tuple(thresholds), written)
 
 
 def comparisons(plan: Plan) -> Iterator[tuple[str, int, str, str | None]]:
@@ -242,7 +248,8 @@ def _field_read(above: nodes.Node | None, value: nodes.Node) -> bool:
 class Record:
     """What one render kept of its resumable loop: what it iterated and saw from outside, its output
     (``pieces``, the loop's from ``base`` on), where each iteration's output starts (``starts``, relative to
-    ``base``, and the end), and the highest message index iterations ``0..i`` read (``reach``)."""
+    ``base``, and the end), the highest message index iterations ``0..i`` read (``reach``), and the state of
+    the namespaces the loop sets at the start of each iteration, and at the end (``states``)."""
 
     function: Any
     items: list[Any]
@@ -252,6 +259,7 @@ class Record:
     base: int
     starts: list[int]
     reach: list[int]
+    states: list[tuple[Any, ...]]
 
 
 class Memo:
@@ -276,7 +284,7 @@ class Recorder:
 
     __slots__ = (
         "base", "current", "function", "items", "key", "memo",
-        "pieces", "reach", "start", "starts", "thresholds", "top",
+        "pieces", "reach", "start", "starts", "state", "states", "thresholds", "top",
     )  # fmt: skip
 
     def __init__(self, memo: Memo, function: Any, items: list[Any], key: tuple[Any, ...], thresholds: Any) -> None:
@@ -292,10 +300,15 @@ class Recorder:
         self.base = 0
         self.starts: list[int] = []
         self.reach: list[int] = []
+        self.states: list[tuple[Any, ...]] = []
+        #: the namespaces' state the loop goes on from (None: as they are)
+        self.state: tuple[Any, ...] | None = None
 
-    def begin(self, index: int, at: int) -> None:
+    def begin(self, index: int, at: int, state: tuple[Any, ...] = ()) -> None:
         self.starts.append(at - self.base)
         self.current = index
+        if state:
+            self.states.append(state)
 
     def see(self, index: int, length: int) -> bool:
         """Iteration reads whether message ``index`` exists (``loop.last``) or what it is (``loop.nextitem``)."""
@@ -315,11 +328,14 @@ class Recorder:
             self.top = self.current
         self.reach.append(self.top)
 
-    def done(self, at: int) -> None:
+    def done(self, at: int, state: tuple[Any, ...] = ()) -> None:
         self.starts.append(at - self.base)
+        if state:
+            self.states.append(state)
         self.memo.record = Record(
-            self.function, self.items, self.key, self.thresholds, self.pieces, self.base, self.starts, self.reach
-        )
+            self.function, self.items, self.key, self.thresholds, self.pieces, self.base, self.starts, self.reach,
+            self.states,
+        )  # fmt: skip
 
 
 def resume(
@@ -350,6 +366,9 @@ def resume(
         output.extend(previous.pieces[begin:end])
         recorder.starts = previous.starts[:start]
         recorder.reach = previous.reach[:start]
+        if previous.states:
+            recorder.states = previous.states[:start]
+            recorder.state = previous.states[start]
         recorder.top = previous.reach[start - 1]
         recorder.start = memo.resumed = start
     return recorder
@@ -405,6 +424,18 @@ def value(item: Any, thresholds: Sequence[str], namespace: type) -> Any:
     if type(item) is namespace:
         return tuple((k, v) for k, v in item.__dict__.items() if k not in thresholds)
     return item
+
+
+def snapshot(item: Any, namespace: type) -> Any:
+    """A namespace's attributes as they are now (a copy), for :func:`restore`."""
+    return dict(item.__dict__) if type(item) is namespace else None
+
+
+def restore(item: Any, state: dict[str, Any] | None) -> None:
+    """Put a namespace's attributes back as :func:`snapshot` saw them."""
+    if state is not None:
+        item.__dict__.clear()
+        item.__dict__.update(state)
 
 
 def attribute(item: Any, name: str, namespace: type) -> Any:
