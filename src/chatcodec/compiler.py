@@ -233,17 +233,15 @@ def _sequence(iterable: Any) -> Any:
     return iterable if kind is list or kind is tuple or kind is str else list(iterable)
 
 
-def _memo_item(recorder: resuming.Recorder | None, items: Any, key: Any) -> Any:
+def _memo_item(recorder: resuming.Recorder, items: Any, key: Any) -> Any:
     """``messages[key]`` in the body of a resumable loop: the item, with the index it read recorded."""
     if type(items) is list and type(key) is int and -len(items) <= key < len(items):
-        if recorder is not None:
-            if key < 0:
-                recorder.current = resuming.EVERYTHING  # counted from the end: the end moves as the chat grows
-            elif key > recorder.current:
-                recorder.current = key
+        if key < 0:
+            recorder.current = resuming.EVERYTHING  # counted from the end: the end moves as the chat grows
+        elif key > recorder.current:
+            recorder.current = key
         return items[key]
-    if recorder is not None:
-        recorder.current = resuming.EVERYTHING
+    recorder.current = resuming.EVERYTHING
     return environment.fast_getitem(items, key)
 
 
@@ -830,6 +828,20 @@ class _FastGenerator(sandbox._CodeGenerator):
     # --- loops --------------------------------------------------------------------------------------------
 
     def visit_For(self, node: nodes.For, frame: Frame) -> None:
+        if self._plan is None or node is not self._plan.loop:
+            self._for_loop(node, frame, resumable=False)
+            return
+        # the loop a render may resume: as it is for a render without a memo, and resumable for one with
+        self.writeline("if _mm is None:")
+        self.indent()
+        self._for_loop(node, frame, resumable=False)
+        self.outdent()
+        self.writeline("else:")
+        self.indent()
+        self._for_loop(node, frame, resumable=True)
+        self.outdent()
+
+    def _for_loop(self, node: nodes.For, frame: Frame, resumable: bool) -> None:
         if node.recursive or any(block.scoped for block in node.find_all(nodes.Block)):
             raise _Unsupported("recursive loop")
         if node.test is not None and "loop" in find_undeclared([node.test], ("loop",)):
@@ -878,7 +890,7 @@ class _FastGenerator(sandbox._CodeGenerator):
 
         items = self.temporary_identifier()
         iterable, weight = _counted_parts(node.iter)  # type: ignore[arg-type]
-        memo = self._plan is not None and node is self._plan.loop and (fast or not uses_loop)
+        memo = resumable and (fast or not uses_loop)
         if memo:
             index, length, weighed = self._resumable_loop(node, frame, loop_frame, items, iterable, weight)
             if loop_ref is not None:
@@ -948,20 +960,14 @@ class _FastGenerator(sandbox._CodeGenerator):
                 self.outdent()
         self._close_caches(item)
         if memo:
-            self.writeline("if _mq is not None:")
-            self.indent()
             self.writeline("_mq.end()")
-            self.outdent()
         if indicator is not None:
             self.writeline(f"{indicator} = 0")
         self.outdent()
         self.leave_frame(loop_frame)
         if memo:
             self._memo_loop = None
-            self.writeline("if _mq is not None:")
-            self.indent()
             self.writeline(f"_mq.done(len(_o), ({self._memo_state}))")
-            self.outdent()
         if loop_ref is not None:
             self._fast_loops.pop(loop_ref, None)  # `loop` after the loop is not this one's
 
@@ -1015,19 +1021,17 @@ class _FastGenerator(sandbox._CodeGenerator):
                 read = outside if attr is None else f"_cc_memo_attr({outside}, {attr!r}, _Namespace)"
                 thresholds.append(f"({how!r}, {shift}, {read})")
         key, compared_values = "".join(f"{k}, " for k in keys), "".join(f"{t}, " for t in thresholds)
-        self.writeline(
-            f"_mq = None if _mm is None else _cc_resume(_mm, root, _m, {items}, ({key}), ({compared_values}), _o)"
-        )
+        self.writeline(f"_mq = _cc_resume(_mm, root, _m, {items}, ({key}), ({compared_values}), _o)")
         # the namespaces the body sets: saved at each iteration's start, and put back where the loop resumes
         written = [ref for ref in (self._outside_value(name, loop_frame) for name in plan.written) if ref is not None]
         self._memo_state = "".join(f"_cc_memo_snapshot({ref}, _Namespace), " for ref in written)
         if written:
-            self.writeline("if _mq is not None and _mq.state is not None:")
+            self.writeline("if _mq.state is not None:")
             self.indent()
             for number, ref in enumerate(written):
                 self.writeline(f"_cc_memo_restore({ref}, _mq.state[{number}])")
             self.outdent()
-        self.writeline(f"for {index} in range(0 if _mq is None else _mq.start, {length}):")
+        self.writeline(f"for {index} in range(_mq.start, {length}):")
         return index, length, weighed
 
     def _resumable_iteration(self, node: nodes.For, loop_frame: Frame, items: str, index: str, weighed: str) -> None:
@@ -1042,10 +1046,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.indent()
         self.writeline("_b.tick()")
         self.outdent(2)
-        self.writeline("if _mq is not None:")
-        self.indent()
         self.writeline(f"_mq.begin({index}, len(_o), ({self._memo_state}))")
-        self.outdent()
 
     def _outside_value(self, name: str, loop_frame: Frame) -> str | None:
         """The Python expression of ``name``'s value outside a loop (before it starts), or None if it has no
@@ -1154,9 +1155,9 @@ class _FastGenerator(sandbox._CodeGenerator):
         if self._memo_loop is not None and frame.symbols.find_ref("loop") == self._memo_loop:
             # whether a next message exists, or the length: what the recorder must know this iteration read
             if node.attr in ("last", "nextitem"):
-                self.write(f"((_mq is None or _mq.see({index} + 1, {length})) and ")
+                self.write(f"(_mq.see({index} + 1, {length}) and ")
             elif node.attr in ("length", "revindex", "revindex0"):
-                self.write("((_mq is None or _mq.everything()) and ")
+                self.write("(_mq.everything() and ")
             else:
                 self.write("(")
             self._memo_loop, memo = None, self._memo_loop
