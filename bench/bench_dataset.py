@@ -223,11 +223,16 @@ def _all_cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+# the peak RSS in kB: VmHWM, as ru_maxrss keeps the high-water mark of the process that started this one
 _MEMORY_CHILD = """
 import resource, sys
 from chatcodec.dataset import format_dataset
 format_dataset(sys.argv[1], sys.argv[2], tokenizer=sys.argv[3], workers=1, progress=False)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+try:
+    status = open("/proc/self/status").read().split("VmHWM:")[1]
+    print(int(status.split()[0]))
+except OSError:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
