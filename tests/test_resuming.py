@@ -298,3 +298,21 @@ def test_a_changed_history_is_encoded_as_it_is_now(folder: Path, edit: Any) -> N
     got = remembering.encode(messages, add_generation_prompt=True)
     assert got.input_ids == forgetting.encode(messages, add_generation_prompt=True).input_ids
     assert got.text == forgetting.encode(messages, add_generation_prompt=True).text
+
+
+def test_a_template_that_cannot_resume_copies_each_message_once(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Growing encodes with a template whose loop calls a macro: no render to resume, so no copy of the whole
+    conversation for one (each message is copied once, when it is new)."""
+    copies: list[Any] = []
+    original = tokens.copy_of
+    monkeypatch.setattr(tokens, "copy_of", lambda value: copies.append(value) or original(value))
+    source = (
+        "{% macro line(m) %}{{ m.role }}: {{ m.content }}\n{% endmacro %}"
+        "{% for m in messages %}{{ line(m) }}{% endfor %}"
+    )
+    codec = tokens.load(folder).with_template(ChatTemplate(source))
+    full = chat(10)
+    for count in range(1, len(full) + 1):
+        codec.encode(full[:count])
+    assert not codec.template.resumable
+    assert len(copies) <= len(full) + 1

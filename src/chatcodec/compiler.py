@@ -1859,12 +1859,21 @@ class FastTemplate:
     context as a whole).
     """
 
-    __slots__ = ("_lines", "names", "root", "source")
+    __slots__ = ("_lines", "names", "resumable", "root", "source")
 
-    def __init__(self, root: Any, source: str, debug_info: list[tuple[int, int]], names: frozenset[str]) -> None:
+    def __init__(
+        self,
+        root: Any,
+        source: str,
+        debug_info: list[tuple[int, int]],
+        names: frozenset[str],
+        resumable: bool = False,
+    ) -> None:
         self.root = root
         self.source = source  # the generated Python, for reading
         self.names = names
+        #: whether a render can resume the previous one (it has a loop chatcodec.resuming can take over)
+        self.resumable = resumable
         self._lines = sorted(debug_info, key=lambda pair: pair[1])
 
     def get_corresponding_lineno(self, lineno: int) -> int:
@@ -1895,7 +1904,9 @@ def fast_template(source: str) -> FastTemplate | None:
         return None
     except Exception:  # jinja2 refuses it (an unknown filter at compile time...): the generic path reports it
         return None
-    template = FastTemplate(namespace["root"], code, generator.debug_info, frozenset(generator._resolved))
+    template = FastTemplate(
+        namespace["root"], code, generator.debug_info, frozenset(generator._resolved), "_cc_resume" in code
+    )
     namespace["__jinja_template__"] = template
     return template
 

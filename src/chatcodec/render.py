@@ -264,6 +264,13 @@ class ChatTemplate:
             memo.messages = chat
         return text if continued is None else _cut_at_tag(text, continued)
 
+    @property
+    def resumable(self) -> bool:
+        """Whether a render can resume the previous render of a conversation (:mod:`chatcodec.resuming`):
+        the compiled default template has a loop it can take over (known after the first render)."""
+        fast = self._fast
+        return fast is not None and bool(fast.resumable)
+
     def render_resuming(self, memo: Any, messages: Sequence[Any], **options: Any) -> str:
         """:meth:`render`, resuming the render ``memo`` holds (:mod:`chatcodec.resuming`) when the short way
         applies; else a plain render, and no record in the memo."""

@@ -400,6 +400,8 @@ class Codec:
         nobody changes), the ones it saw the last time for the leading messages that strictly equal theirs,
         and its render resumes the last one (:mod:`chatcodec.resuming`). None when that cannot be done (a
         message that is not plain JSON, a stand-in the conversation now holds): then encode as usual."""
+        if not self.template.resumable:  # nothing to resume: the usual encode copies new messages only
+            return None
         trusted = base.trusted(messages, agreeing) if base.copies is not None else 0
         fresh = []
         for message in messages[trusted:]:
