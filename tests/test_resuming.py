@@ -316,3 +316,22 @@ def test_a_template_that_cannot_resume_copies_each_message_once(folder: Path, mo
         codec.encode(full[:count])
     assert not codec.template.resumable
     assert len(copies) <= len(full) + 1
+
+
+def test_a_resumed_render_keeps_the_output_limit() -> None:
+    """Output copied from the last render counts toward Limits(max_output) like the rest: two long parts
+    copied and one short new one, 21,000 characters against a limit of 20,000."""
+    template = ChatTemplate(
+        "{% for m in messages %}{{ m.content }}{% endfor %}", limits=limits.Limits(max_output=20_000)
+    )
+    chat = [{"role": "user", "content": "x" * 9_000}, {"role": "user", "content": "y" * 9_000}]
+    template.render(chat[:1])  # compiled on first use
+    memo = Memo()
+    template.render_resuming(memo, chat)
+    longer = [*chat, {"role": "user", "content": "z" * 3_000}]
+    resumed = Memo(memo.record, 2)
+    with pytest.raises(limits.LimitError):
+        template.render_resuming(resumed, [*memo.messages, longer[2]])
+    assert resumed.resumed == 2
+    with pytest.raises(limits.LimitError):
+        template.render(longer)

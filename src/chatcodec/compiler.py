@@ -1022,6 +1022,11 @@ class _FastGenerator(sandbox._CodeGenerator):
                 thresholds.append(f"({how!r}, {shift}, {read})")
         key, compared_values = "".join(f"{k}, " for k in keys), "".join(f"{t}, " for t in thresholds)
         self.writeline(f"_mq = _cc_resume(_mm, root, _m, {items}, ({key}), ({compared_values}), _o)")
+        # output copied from the last render is measured with the rest at the end (it may hold long parts)
+        self.writeline("if _mq.start:")
+        self.indent()
+        self.writeline("_b.long_parts = True")
+        self.outdent()
         # the namespaces the body sets: saved at each iteration's start, and put back where the loop resumes
         written = [ref for ref in (self._outside_value(name, loop_frame) for name in plan.written) if ref is not None]
         self._memo_state = "".join(f"_cc_memo_snapshot({ref}, _Namespace), " for ref in written)
