@@ -236,12 +236,12 @@ def _sequence(iterable: Any) -> Any:
 def _memo_item(recorder: resuming.Recorder, items: Any, key: Any) -> Any:
     """``messages[key]`` in the body of a resumable loop: the item, with the index it read recorded."""
     if type(items) is list and type(key) is int and -len(items) <= key < len(items):
-        if key < 0:
-            recorder.current = resuming.EVERYTHING  # counted from the end: the end moves as the chat grows
-        elif key > recorder.current:
-            recorder.current = key
+        if key < 0:  # counted from the end: the end moves as the chat grows
+            recorder.everything()
+        else:
+            recorder.see(key, len(items))
         return items[key]
-    recorder.current = resuming.EVERYTHING
+    recorder.everything()
     return environment.fast_getitem(items, key)
 
 
@@ -1015,7 +1015,7 @@ class _FastGenerator(sandbox._CodeGenerator):
                 continue
             if (name, None) not in plan.thresholds:
                 keys.append(f"_cc_memo_value({outside}, {tuple(compared.get(name, ()))!r}, _Namespace)")
-        for how, shift, name, attr in resuming.comparisons(plan):
+        for how, shift, name, attr in plan.comparisons:
             outside = self._outside_value(name, loop_frame)
             if outside is not None:
                 read = outside if attr is None else f"_cc_memo_attr({outside}, {attr!r}, _Namespace)"

@@ -284,8 +284,8 @@ class ChatTemplate:
         generation = options.pop("add_generation_prompt", False)
         continued = options.pop("continue_final_message", False)
         now = options.pop("now", None)
-        plain = messages.__class__ is list and messages and (now is None or now.__class__ is datetime)
-        if continued or not plain or self.limits.isolate:
+        common = messages.__class__ is list and messages and (now is None or now.__class__ is datetime)
+        if continued or not common or self.limits.isolate:
             memo.record = None
             return self.render(
                 messages, tools=tools, documents=documents, add_generation_prompt=generation,

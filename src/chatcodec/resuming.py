@@ -67,6 +67,9 @@ class Plan:
     items: str
     thresholds: tuple[tuple[str, str | None], ...]
     written: tuple[str, ...] = ()
+    #: each comparison of the counter with a threshold: ``(op, shift, name, attribute)``, meaning
+    #: ``index0 + shift <op> name.attribute`` (or ``name``)
+    comparisons: tuple[tuple[str, int, str, str | None], ...] = ()
 
 
 def plan(template: nodes.Template) -> Plan | None:
@@ -151,18 +154,19 @@ def _check(loop: nodes.For, items: str) -> Plan | None:
     if target in stored or items in stored or "loop" in stored:
         return None
     inner = {id(n) for f in everything if isinstance(f, nodes.For) for top in f.body for n in top.find_all(nodes.Node)}
-    compared: dict[int, str] = {}  # id of an outside value compared with the counter -> how
+    compared: dict[int, tuple[str, int, nodes.Expr]] = {}  # id of an outside value -> (how, shift, it)
     for node in everything:
         if isinstance(node, _REFUSED) or (isinstance(node, nodes.Filter) and node.name == "random"):
             return None
         if isinstance(node, nodes.Call) and not _pure_call(node):
             return None
         if isinstance(node, nodes.Compare) and id(node) not in inner and len(node.ops) == 1:
-            left, right = node.expr, node.ops[0].expr
-            if _counter(left) is not None and _outside(right):
-                compared[id(right)] = node.ops[0].op
-            elif _counter(right) is not None and _outside(left):
-                compared[id(left)] = _FLIPPED.get(node.ops[0].op, "")
+            left, right, op = node.expr, node.ops[0].expr, node.ops[0].op
+            for counter, other, how in ((left, right, op), (right, left, _FLIPPED.get(op))):
+                shift = _counter(counter)
+                if shift is not None and how in _FLIPPED and _outside(other):
+                    compared[id(other)] = (how, shift, other)
+                    break
     uses: dict[tuple[str, str | None], list[bool]] = {}  # (name, attribute) -> compared only, per use
     for node in everything:
         if not (isinstance(node, nodes.Name) and node.ctx == "load"):
@@ -177,8 +181,8 @@ def _check(loop: nodes.For, items: str) -> Plan | None:
         if node.name in (target, items, "loop") or node.name in stored:
             continue
         if isinstance(above, nodes.Getattr) and above.node is node:
-            uses.setdefault((node.name, above.attr), []).append(compared.get(id(above)) in _FLIPPED)
-        uses.setdefault((node.name, None), []).append(compared.get(id(node)) in _FLIPPED)
+            uses.setdefault((node.name, above.attr), []).append(id(above) in compared)
+        uses.setdefault((node.name, None), []).append(id(node) in compared)
     written = tuple(sorted({n.name for n in everything if isinstance(n, nodes.NSRef)}))
     if target in written or items in written:
         return None
@@ -188,26 +192,15 @@ def _check(loop: nodes.For, items: str) -> Plan | None:
             continue
         if attribute is not None or not any(k[0] == name and k[1] for k in uses):
             thresholds.append((name, attribute))
-    return Plan(loop, items, tuple(thresholds), written)
-
-
-def comparisons(plan: Plan) -> Iterator[tuple[str, int, str, str | None]]:
-    """Each comparison of the loop's counter with a threshold: ``(op, shift, name, attribute)``, meaning
-    ``index0 + shift <op> name.attribute`` (or ``name``)."""
-    for test in plan.loop.find_all(nodes.Compare):
-        if len(test.ops) != 1:
-            continue
-        op = test.ops[0].op
-        for counter, other, how in ((test.expr, test.ops[0].expr, op), (test.ops[0].expr, test.expr, _FLIPPED.get(op))):
-            shift = _counter(counter)
-            if shift is None or how is None or not _outside(other):
-                continue
-            if isinstance(other, nodes.Name):
-                name, attribute = other.name, None
-            else:
-                name, attribute = other.node.name, other.attr  # type: ignore[attr-defined]
-            if (name, attribute) in plan.thresholds:
-                yield how, shift, name, attribute
+    comparisons = []
+    for how, shift, other in compared.values():
+        if isinstance(other, nodes.Name):
+            name, attribute = other.name, None
+        else:
+            name, attribute = other.node.name, other.attr  # type: ignore[attr-defined]
+        if (name, attribute) in thresholds:
+            comparisons.append((how, shift, name, attribute))
+    return Plan(loop, items, tuple(thresholds), written, tuple(comparisons))
 
 
 def _pure_call(call: nodes.Call) -> bool:
