@@ -43,7 +43,10 @@ class Entry:
     conversation growing, also keeps the copies.
     """
 
-    __slots__ = ("copies", "key", "loose", "marked", "policy", "record", "seen", "size", "swapped", "table", "tokens")
+    __slots__ = (
+        "copies", "key", "loose", "marked", "policy", "record", "seen", "size", "swapped", "swapped_chars", "table",
+        "tokens",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -67,6 +70,8 @@ class Entry:
         self.table = table
         #: message index -> (its JSON text, what it became with its marks swapped)
         self.swapped = swapped or {}
+        #: the characters of the JSON texts in ``swapped`` (part of ``size``)
+        self.swapped_chars = 0
         self.tokens = tokens
         self.size = size
         #: the messages the template saw (copies, marks swapped, normalized) and the record of that render
@@ -81,10 +86,15 @@ class Entry:
         """Keep the messages a render saw and its record, for the next encode to resume from; the copies
         up to ``trusted`` are ``base``'s, whose strict forms are known."""
         assert self.copies is not None
-        loose = [pair for pair in base.loose if pair[0] < trusted] if base is not None else []
-        for index in range(trusted if base is not None else 0, len(self.copies)):
+        if base is None:
+            loose, trusted = [], 0
+        elif not base.loose or base.loose[-1][0] < trusted:
+            loose = list(base.loose)
+        else:
+            loose = [pair for pair in base.loose if pair[0] < trusted]
+        for index in range(trusted, len(self.copies)):
             copy = self.copies[index]
-            if type(copy) is not dict or not all(type(v) is str for v in copy.values()):
+            if type(copy) is not dict or not _text_only(copy):
                 try:
                     loose.append((index, marshal.dumps(copy, 2)))
                 except ValueError:
@@ -113,7 +123,10 @@ class Entry:
         if copies is None:
             return 0
         count = min(len(messages), len(copies))
-        if list(messages[:count]) == copies[:count]:
+        if count == len(copies) and type(messages) is list:  # the usual growth: compared without copying
+            if messages[:count] == copies if count < len(messages) else messages == copies:
+                return count
+        elif list(messages[:count]) == copies[:count]:
             return count
         low, high = 0, count - 1  # messages[:low] agree, messages[:high + 1] do not
         while low < high:
@@ -240,6 +253,13 @@ def _key(message: Any) -> Hashable | None:
 
 
 _FLAT = frozenset({str, int, float, bool, type(None)})
+
+
+def _text_only(message: dict[Any, Any]) -> bool:
+    for value in message.values():  # noqa: SIM110 - a loop is faster than all() over a generator
+        if type(value) is not str:
+            return False
+    return True
 
 
 def copy_of(value: Any) -> tuple[Any, int] | None:

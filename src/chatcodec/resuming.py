@@ -375,11 +375,12 @@ def _agreeing(previous: Record, messages: Any, items: list[Any], trusted: int) -
     bound = min(trusted - offset, len(items), len(previous.items))
     if offset < 0 or bound <= 0:
         return 0
-    same = list(map(operator.is_, items[:bound], previous.items[:bound]))
-    if offset:
-        same = list(map(operator.and_, same, map(operator.is_, items[:bound], messages[offset : offset + bound])))
-    if False in same:
-        bound = same.index(False)
+    if offset or not all(map(operator.is_, items[:bound], previous.items[:bound])):  # all the same: the usual
+        same = list(map(operator.is_, items[:bound], previous.items[:bound]))
+        if offset:
+            same = list(map(operator.and_, same, map(operator.is_, items[:bound], messages[offset : offset + bound])))
+        if False in same:
+            bound = same.index(False)
     return min(bisect.bisect_left(previous.reach, bound), bound)
 
 
@@ -408,6 +409,8 @@ def _same(a: Any, b: Any) -> bool:
     try:
         return marshal.dumps(a, 2) == marshal.dumps(b, 2)  # version 2: no references, one text per value
     except ValueError:  # not plain data (an undefined value is the same object in every render, or not same)
+        if type(a) is dict:  # a namespace's attributes (value()), one of them not plain data
+            return list(a) == list(b) and all(map(_same, a.values(), b.values()))
         return False
 
 
@@ -415,7 +418,10 @@ def value(item: Any, thresholds: Sequence[str], namespace: type) -> Any:
     """What a name from outside the loop contributes to the key: a namespace's attributes (without those
     only compared with the counter), anything else as it is."""
     if type(item) is namespace:
-        return tuple((k, v) for k, v in item.__dict__.items() if k not in thresholds)
+        attributes = item.__dict__
+        if not thresholds:
+            return dict(attributes)
+        return {k: v for k, v in attributes.items() if k not in thresholds}
     return item
 
 

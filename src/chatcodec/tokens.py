@@ -357,8 +357,8 @@ class Codec:
         if base is not None and not spans:  # a conversation seen before, likely growing: resume its last render
             grown = self._encode_growing(vocab, messages, options, template_kwargs, policy, reserved, base, agreeing)
             if grown is not None:
-                tokens, state, shield, copies, memo = grown
-                self._remember(slots, base, agreeing, policy, messages, shield, tokens, copies, memo)
+                tokens, state, shield, copies, memo, hit = grown
+                self._remember(slots, base, agreeing, policy, messages, shield, tokens, copies, memo, hit)
                 return Encoding(self, tokens, state)
         shield = Shield(self._marks, reserved, reject=policy == "reject", table=base.table if base else None)
         known = None
@@ -395,7 +395,7 @@ class Codec:
         reserved: frozenset[str],
         base: Entry,
         agreeing: int,
-    ) -> tuple[Tokenized, Any, Shield, list[Any], Memo] | None:
+    ) -> tuple[Tokenized, Any, Shield, list[Any], Memo, list[int]] | None:
         """Encode a conversation that extends ``base``: the template sees copies of the messages (its own, which
         nobody changes), the ones it saw the last time for the leading messages that strictly equal theirs,
         and its render resumes the last one (:mod:`chatcodec.resuming`). None when that cannot be done (a
@@ -416,8 +416,12 @@ class Codec:
         )
         if shield.conflicts():
             return None
-        shield.marked += [(0, i) for i in base.marked[: bisect.bisect_left(base.marked, trusted)]]
-        shield.swapped.update((i, pair) for i, pair in base.swapped.items() if i < trusted)
+        # what the messages kept from base hold: marks at these indices, these swapped through JSON
+        hit = base.marked[: bisect.bisect_left(base.marked, trusted)] + sorted(i for g, i in shield.marked if g == 0)
+        if base.copies is not None and trusted >= len(base.copies):
+            shield.swapped.update(base.swapped)  # all of them (the usual growth)
+        elif base.swapped:
+            shield.swapped.update((i, pair) for i, pair in base.swapped.items() if i < trusted)
         given = options
         if tools is not options["tools"] or documents is not options["documents"]:
             options = {**options, "tools": tools, "documents": documents}
@@ -427,7 +431,7 @@ class Codec:
             vocab, shield, messages, given, options, (shielded, rendered, None), base, template_kwargs
         )
         copies = (base.copies or [])[:trusted] + fresh
-        return tokens, state, shield, copies, memo
+        return tokens, state, shield, copies, memo, hit
 
     def _tokenize(
         self,
@@ -482,14 +486,17 @@ class Codec:
         tokens: Tokenized,
         copies: list[Any] | None = None,
         memo: Memo | None = None,
+        hit: list[int] | None = None,
     ) -> None:
-        """Keep what the next encode of this conversation can start from (plain JSON messages only)."""
+        """Keep what the next encode of this conversation can start from (plain JSON messages only); a growing
+        encode gives its copies, memo and the indices of the messages that hold marks (``hit``)."""
         if not slots:
             return
-        marked = shield.marked if shield is not None else []
-        if any(group == 0 and index < 0 for group, index in marked):
-            return  # taken apart by the walk: nothing is known per message
-        hit = sorted(index for group, index in marked if group == 0)
+        if hit is None:
+            marked = shield.marked if shield is not None else []
+            if any(group == 0 and index < 0 for group, index in marked):
+                return  # taken apart by the walk: nothing is known per message
+            hit = sorted(index for group, index in marked if group == 0)
         size = 0
         if copies is None and base is not None:  # seen before: a conversation that grows, worth copying its messages
             copies = base.copies[:agreeing] if base.copies is not None else []
@@ -501,13 +508,19 @@ class Codec:
                 copies.append(copied[0])
                 size += copied[1]
         swapped = dict(shield.swapped) if shield is not None else {}
-        size += sum(len(text) for text, _ in swapped.values())
+        if memo is not None and base is not None and base.copies is not None and memo.trusted >= len(base.copies):
+            # grown from base, with all its swapped messages: theirs are counted
+            swapped_chars = base.swapped_chars + sum(len(swapped[i][0]) for i in swapped.keys() - base.swapped.keys())
+        else:
+            swapped_chars = sum(len(text) for text, _ in swapped.values())
+        size += swapped_chars
         size += 2 * len(tokens.rendered) + 12 * len(tokens.ids) + 100 * len(tokens.runs)
         table = dict(shield.table) if shield is not None else {}
         if memo is not None and memo.record is not None and memo.messages is not None:
             # the copies and the messages seen hold about the text of the prompt each, the record its parts
             size += 8 * (len(memo.record.pieces) + 3 * len(memo.record.starts)) + 4 * len(tokens.rendered)
         entry = Entry(slots[0], policy, copies, hit, table, tokens, size, swapped)
+        entry.swapped_chars = swapped_chars
         if memo is not None and memo.record is not None and memo.messages is not None and copies is not None:
             entry.keep_render(memo.messages, memo.record, base, memo.trusted)
         extends = base is not None and (base.copies is None or agreeing == len(base.copies))
@@ -633,7 +646,7 @@ class Encoding:
         self._runs = tokens.runs
         self._tokens = tokens
         self.input_ids: list[int] = list(tokens.ids)  # the codec's history keeps the original
-        self.attention_mask: list[int] = [1] * len(self.input_ids)
+        self._attention_mask: list[int] | None = None
         #: character spans of ``text`` that read as a control token but hold text from the caller, and so
         #: were encoded as plain text
         self.escaped = list(tokens.escaped)
@@ -645,7 +658,18 @@ class Encoding:
 
     def _set_ids(self) -> None:
         self.input_ids = [i for run in self._runs for i in run.ids]
-        self.attention_mask = [1] * len(self.input_ids)
+        self._attention_mask = None
+
+    @property
+    def attention_mask(self) -> list[int]:
+        """1 for every token (one conversation has no padding), made when first read."""
+        if self._attention_mask is None or len(self._attention_mask) != len(self.input_ids):
+            self._attention_mask = [1] * len(self.input_ids)
+        return self._attention_mask
+
+    @attention_mask.setter
+    def attention_mask(self, value: list[int]) -> None:
+        self._attention_mask = value
 
     def __len__(self) -> int:
         return len(self.input_ids)

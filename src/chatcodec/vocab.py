@@ -306,7 +306,6 @@ class Vocabulary:
         #: runs still to encode: (index in runs, cache key, start), encoded in one batch at the end
         pending: list[tuple[int, tuple[str, bool], int]] = []
         stand_ins = tuple(restore) if restore else ()
-        restore_key = tuple(sorted(restore.items())) if restore else ()
         sensitive = self.start_sensitive
         cache = self._cache
         added = self.added
@@ -334,7 +333,7 @@ class Vocabulary:
                 if entry is not None:
                     runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2], lead=entry[3]))
                 elif stand_ins and _holds_any(piece, stand_ins):
-                    self._caller_text(piece, at, restore, restore_key, matching, runs, pending, escaped)  # type: ignore[arg-type]
+                    self._caller_text(piece, at, restore, matching, runs, pending, escaped)  # type: ignore[arg-type]
                 else:
                     pending.append((len(runs), (piece, sensitive and at == 0), at))
                     runs.append(_PENDING)
@@ -349,7 +348,7 @@ class Vocabulary:
             if entry is not None:
                 runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2], lead=entry[3]))
             elif stand_ins and _holds_any(piece, stand_ins):
-                self._caller_text(piece, at, restore, restore_key, matching, runs, pending, escaped)  # type: ignore[arg-type]
+                self._caller_text(piece, at, restore, matching, runs, pending, escaped)  # type: ignore[arg-type]
             else:
                 pending.append((len(runs), (piece, sensitive and at == 0), at))
                 runs.append(_PENDING)
@@ -383,7 +382,6 @@ class Vocabulary:
         text: str,
         start: int,
         restore: Mapping[str, str],
-        restore_key: tuple[tuple[str, str], ...],
         matching: Matching,
         runs: list[Run],
         pending: list[tuple[int, tuple[str, bool], int]],
@@ -392,7 +390,7 @@ class Vocabulary:
         """A stretch of text between added tokens that holds caller text: restored, it stays text, but for the
         added tokens that are not control tokens; control tokens in it are reported as escaped."""
         first = self.start_sensitive and start == 0
-        key = (text, first, restore_key)
+        key = (text, first, tuple(sorted(restore.items())))
         known = matching.memo.get(key)
         if known is None:
             restored = _swap(text, restore)
