@@ -97,6 +97,9 @@ def test_the_qwen3_and_llama_templates_resume_their_loop() -> None:
         "{% set first = messages[0] %}{% for m in messages %}{{ m.content }}{{ first }}{% endfor %}",
         "{% for m in messages %}{% if loop.index0 == 2 %}{% break %}{% endif %}{{ m.content }}{% endfor %}",
         "{% for m in messages %}{{ strftime_now('%H') }}{{ m.content }}{% endfor %}",
+        # a list of messages in one branch, something else in the other
+        "{% if tools %}{% set items = tools %}{% else %}{% set items = messages %}{% endif %}"
+        "{% for m in items %}{{ m.content }}{% endfor %}",
     ],
 )
 def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) -> None:
@@ -136,6 +139,36 @@ def test_what_an_iteration_read_decides_where_a_render_resumes(source: str) -> N
         assert template.render_resuming(memo, given) == template.render(chat[:count]), (source, count)
         previous, seen, resumed = memo.record, memo.messages, resumed + memo.resumed
     assert previous is not None  # each of these loops is resumable: what it read only limits how far
+
+
+@pytest.mark.parametrize("step", [1, 2])
+@pytest.mark.parametrize(
+    "source",
+    [
+        # the list of messages chosen in an `if` (Mistral, Granite, Gemma 3), the loop in one
+        "{% if messages[0].role == 'system' %}{% set sys = messages[0].content %}{% set loop_messages = messages[1:] %}"
+        "{% else %}{% set sys = '' %}{% set loop_messages = messages %}{% endif %}[{{ sys }}]"
+        "{% for m in loop_messages %}{{ m.content }}{{ loop.index0 }}{% endfor %}",
+        "{% if messages %}{% for m in messages %}{{ m.content }}{% if loop.last %}.{% endif %}{% endfor %}{% endif %}",
+        # a render runs the resumable loop or the other one, as the chat grows
+        "{% if messages|length is even %}{% for m in messages %}<{{ m.content }}>{% endfor %}"
+        "{% else %}{% for m in messages %}({{ m.content }}){% endfor %}{% endif %}",
+    ],
+)
+def test_a_loop_in_an_if_resumes_when_the_last_render_ran_it(source: str, step: int) -> None:
+    template = ChatTemplate(source)
+    chat = [{"role": "system" if i == 0 else "user", "content": f"m{i}"} for i in range(10)]
+    template.render(chat)  # compiled on first use: later renders can resume
+    previous, seen, resumed = None, None, 0
+    for count in range(step, len(chat) + 1, step):
+        given = chat[:count] if seen is None else seen + chat[len(seen) : count]
+        memo = Memo(previous, len(seen) if seen is not None else 0)
+        assert template.render_resuming(memo, given) == template.render(chat[:count]), (source, count)
+        previous, seen, resumed = memo.record, memo.messages, resumed + memo.resumed
+        if memo.record is None:
+            seen = None  # the render did not run the resumable loop: nothing to resume from
+    alternating = "is even" in source and step == 1  # each render ran the other loop than the last one
+    assert (resumed == 0) if alternating else (resumed > 0), (source, step)
 
 
 def test_a_render_resumes_only_from_messages_its_caller_vouches_for() -> None:

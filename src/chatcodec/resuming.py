@@ -1,4 +1,5 @@
-"""A render that takes over from the previous render of the same conversation, at its main loop.
+"""A render that takes over from the previous render of the same conversation, at its main loop (at the
+top of the template, or in an ``if`` there, iterating the messages or a list set from them).
 
 A chat that grows by a turn is rendered again whole: the template's loop over the messages runs once per
 message, every time. Most of those iterations write what they wrote the last time. This module lets a
@@ -73,25 +74,44 @@ class Plan:
 
 
 def plan(template: nodes.Template) -> Plan | None:
-    """The loop over the messages at the top of ``template`` that a render may resume, if there is one."""
-    assigned_from_messages = {"messages"}
-    for node in template.body:
+    """The loop over the messages at the top of ``template`` (or in an ``if`` there) that a render may
+    resume, if there is one."""
+    top = list(_top_level(template.body))
+    lists = {"messages"}  # the names of lists of messages: `loop_messages = messages`, or a slice of it
+    others: set[str] = set()  # names also set to something else at the top
+    for node in top:
         if isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name):
-            value = node.node  # `loop_messages = messages`, or a slice of it (`messages[1:]`)
+            value = node.node
             if isinstance(value, nodes.Getitem) and isinstance(value.arg, nodes.Slice):
                 value = value.node
-            if isinstance(value, nodes.Name) and value.name in assigned_from_messages:
-                assigned_from_messages.add(node.target.name)
+            if isinstance(value, nodes.Name) and value.name in lists:
+                lists.add(node.target.name)
+            else:
+                others.add(node.target.name)
+    lists -= others
+    for node in top:
         if not isinstance(node, nodes.For):
             continue
         iterable = node.iter
         if isinstance(iterable, nodes.Filter) and iterable.name == "_cc_counted":  # the sandbox's counting
             iterable = iterable.node  # type: ignore[assignment]
-        if isinstance(iterable, nodes.Name) and iterable.name in assigned_from_messages:
-            if not _messages_read_by_field(template, assigned_from_messages):
+        if isinstance(iterable, nodes.Name) and iterable.name in lists:
+            if not _messages_read_by_field(template, lists):
                 return None
             return _check(node, iterable.name)
     return None
+
+
+def _top_level(body: Sequence[nodes.Node]) -> Iterator[nodes.Node]:
+    """The nodes of a template's body in order, and those in the branches of its ``if`` blocks: what runs
+    once per render, never in a loop or a macro."""
+    for node in body:
+        yield node
+        if isinstance(node, nodes.If):
+            yield from _top_level(node.body)
+            for branch in node.elif_:
+                yield from _top_level([branch])
+            yield from _top_level(node.else_)
 
 
 def _messages_read_by_field(template: nodes.Template, lists: set[str]) -> bool:
@@ -129,7 +149,7 @@ def _messages_read_by_field(template: nodes.Template, lists: set[str]) -> bool:
             loops.append(above)
         elif isinstance(above, nodes.Assign) and isinstance(above.target, nodes.Name) and above.target.name in lists:
             continue
-        elif not (isinstance(above, nodes.Test) and above.node is name):
+        elif not (isinstance(above, nodes.Test) and above.node is name) and not _truth_read(above, name):
             return False
     for loop in loops:
         target = loop.target.name  # type: ignore[attr-defined]
@@ -139,6 +159,13 @@ def _messages_read_by_field(template: nodes.Template, lists: set[str]) -> bool:
                 if is_target and not _field_read(parents.get(id(node)), node):
                     return False
     return True
+
+
+def _truth_read(above: nodes.Node | None, name: nodes.Node) -> bool:
+    """Whether ``name`` is read only as a condition (``{% if messages %}``, ``not messages``): its length."""
+    if isinstance(above, (nodes.If, nodes.CondExpr)):
+        return above.test is name
+    return isinstance(above, nodes.Not) and above.node is name
 
 
 def _check(loop: nodes.For, items: str) -> Plan | None:
