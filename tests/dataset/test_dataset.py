@@ -263,6 +263,48 @@ def test_pack_limits_the_row_length(tmp_path: Path) -> None:
                        pack=64, max_length=100)  # fmt: skip
 
 
+def test_flat_columns_equal_the_row_lists(planted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unpacked rows are written from flat C arrays: the same table as Arrow's conversion of the row lists,
+    with masks and with labels, rejects among the rows, ids beyond ASCII and a shard with no row left."""
+    require_shared()
+    import chatcodec.dataset.shards as shards
+
+    rows = [{"id": f"r{i}-\u00e9\u4e2d", "messages": _chat(f"question {i} " * (i + 1), f"answer {i}")} for i in range(7)]
+    lines = [json.dumps(row) for row in rows[:3]] + ["not JSON"] + [json.dumps(row) for row in rows[3:]]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n\n\nnot JSON either\n", encoding="utf-8")
+    qwen3 = SHARED / "tokenizers" / "qwen3"
+    for options in ({}, {"labels": True}):
+        flat = format_dataset(tmp_path / "in.jsonl", tmp_path / "flat.parquet", tokenizer=qwen3, workers=1,
+                              shard_rows=4, **options)  # fmt: skip
+        with monkeypatch.context() as patch:
+            patch.setattr(shards, "_NATIVE_ARROW", False)
+            lists = format_dataset(tmp_path / "in.jsonl", tmp_path / "lists.parquet", tokenizer=qwen3, workers=1,
+                                   shard_rows=4, **options)  # fmt: skip
+        assert flat == lists and flat.rows_out == 7 and flat.rejected == {"bad_row": 2}
+        table = pq.read_table(tmp_path / "flat.parquet")
+        assert table.equals(pq.read_table(tmp_path / "lists.parquet"))
+        assert table.column("id").to_pylist() == [row["id"] for row in rows]
+        assert [len(ids) for ids in table.column("input_ids").to_pylist()] == table.column("num_tokens").to_pylist()
+
+
+def test_unpacked_output_does_not_import_pandas(planted: Path, tmp_path: Path) -> None:
+    """pyarrow's conversion of Python lists imports pandas (a third of a second in each worker); the flat
+    columns are Arrow buffers, which do not."""
+    require_shared()
+    import subprocess
+
+    code = (
+        "import sys; from chatcodec.dataset import format_dataset;"
+        f"format_dataset({str(planted)!r}, {str(tmp_path / 'o.parquet')!r}, tokenizer={str(SHARED / 'tokenizers' / 'qwen3')!r},"
+        f" template={str(planted / 'template.jinja')!r}, workers=1);"
+        "print('pandas' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-1] == "False"
+    # without max_length the over-long row passes, and the injected control token is escaped
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == len(GOOD) + 2
+
+
 # --- engines, progress, report, errors ---------------------------------------------------------------
 
 

@@ -8,6 +8,8 @@ exists whole or not at all, so a retried shard can neither lose nor repeat a row
 from __future__ import annotations
 
 import json
+import sys
+from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +58,12 @@ def output_schema(*, labels: bool, packed: bool) -> pa.Schema:
 def run_shard(shard: Shard, formatter: Formatter, pack_length: int | None = None) -> ShardResult:
     """Read, format and (if ``pack_length``) pack one shard."""
     summary = Summary(pack_length=pack_length or 0)
+    with_labels = formatter.options.labels
+    schema = output_schema(labels=with_labels, packed=pack_length is not None)
+    # unpacked rows go straight into flat C arrays, column by column: no list per row outlives its row (a
+    # shard's lists made the garbage collector's full passes longer and longer), and the Arrow columns are
+    # these arrays' buffers
+    columns = _Columns(with_labels) if pack_length is None and _NATIVE_ARROW else None
     rows: list[Formatted] = []
     rejects: list[str] = []
     for row_id, row, error in read_shard(shard):
@@ -67,11 +75,14 @@ def run_shard(shard: Shard, formatter: Formatter, pack_length: int | None = None
             rejects.append(json.dumps(record, ensure_ascii=False, default=str))
             continue
         summary.add_row(len(result.input_ids), sum(result.mask), truncated=result.truncated)
-        rows.append(result)
-    with_labels = formatter.options.labels
-    schema = output_schema(labels=with_labels, packed=pack_length is not None)
+        if columns is None or len(rows) < SAMPLES:
+            rows.append(result)
+        if columns is not None:
+            columns.add(result)
+    if columns is not None:
+        return ShardResult(shard.index, columns.table(schema), rejects, summary, rows[:SAMPLES])
     if pack_length is None:
-        columns: dict[str, Any] = {
+        lists: dict[str, Any] = {
             "id": [row.id for row in rows],
             "input_ids": [row.input_ids for row in rows],
             "masks": [row.mask for row in rows],
@@ -79,15 +90,64 @@ def run_shard(shard: Shard, formatter: Formatter, pack_length: int | None = None
     else:
         sequences = pack([r.id for r in rows], [r.input_ids for r in rows], [r.mask for r in rows], pack_length)
         summary.sequences = len(sequences)
-        columns = {
+        lists = {
             "id": [s.ids for s in sequences],
             "input_ids": [s.input_ids for s in sequences],
             "masks": [s.mask for s in sequences],
             "position_ids": [s.position_ids for s in sequences],
             "seq_lengths": [s.seq_lengths for s in sequences],
         }
-    table = _table(schema, columns, with_labels)
-    return ShardResult(shard.index, table, rejects, summary, rows[:SAMPLES])
+    return ShardResult(shard.index, _table(schema, lists, with_labels), rejects, summary, rows[:SAMPLES])
+
+
+class _Columns:
+    """The output columns of unpacked rows, as flat arrays of 32-bit ids and 8-bit masks with their offsets."""
+
+    def __init__(self, with_labels: bool) -> None:
+        self.with_labels = with_labels
+        self.ids: list[str] = []
+        self.tokens = array("i")
+        self.masks = array("i" if with_labels else "b")
+        self.offsets = array("i", [0])
+        self.lengths = array("i")
+
+    def add(self, row: Formatted) -> None:
+        self.ids.append(row.id)
+        self.tokens.extend(row.input_ids)
+        self.masks.extend(labels(row.input_ids, row.mask) if self.with_labels else row.mask)
+        self.lengths.append(len(row.input_ids))
+        self.offsets.append(len(self.tokens))
+
+    def table(self, schema: pa.Schema) -> pa.Table:
+        import pyarrow as pa
+
+        count, total = len(self.lengths), len(self.tokens)
+        offsets = _buffer_array(pa.int32(), count + 1, self.offsets)
+        names = [name.encode("utf-8") for name in self.ids]
+        name_offsets = array("i", [0])
+        for name in names:
+            name_offsets.append(name_offsets[-1] + len(name))
+        arrays = [
+            pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(name_offsets), pa.py_buffer(b"".join(names))]),
+            pa.ListArray.from_arrays(offsets, _buffer_array(pa.int32(), total, self.tokens)),
+            pa.ListArray.from_arrays(offsets, _buffer_array(pa.int8(), total, b"\x01" * total)),
+            pa.ListArray.from_arrays(
+                offsets, _buffer_array(pa.int32() if self.with_labels else pa.int8(), total, self.masks)
+            ),
+            _buffer_array(pa.int32(), count, self.lengths),
+        ]
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _buffer_array(kind: pa.DataType, length: int, values: Any) -> pa.Array:
+    """An Arrow array of fixed-width values over a buffer (``pa.array`` of a Python list imports pandas)."""
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(kind, length, [None, pa.py_buffer(values)])
+
+
+#: 32-bit C ints, little-endian: a C array's bytes are an Arrow int32 buffer
+_NATIVE_ARROW = array("i").itemsize == 4 and sys.byteorder == "little"
 
 
 def _table(schema: pa.Schema, columns: dict[str, Any], with_labels: bool) -> pa.Table:
