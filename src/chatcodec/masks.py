@@ -186,9 +186,18 @@ def _anchors(
         output = codec.template.render(marked, **options)
     except ChatcodecError as exc:
         return f"the template failed on marked content ({exc})"
-    chars = set(marker.leaves) | set(escapes)
+    scan = _anchors_in if all(len(char) == 1 for char in escapes.values()) else _anchors_scan
+    return scan(output, marker.leaves, escapes, text, len(chat))
+
+
+def _anchors_scan(
+    output: str, leaves: dict[str, tuple[int, str]], escapes: dict[str, str], text: str, count: int
+) -> list[list[tuple[int, str]]] | str:
+    """The anchors in the marked render ``output``, read marker by marker and stand-in by stand-in; or why
+    there are none: the render without markers, stand-ins swapped back, must be the prompt's ``text``."""
+    chars = set(leaves) | set(escapes)
     pattern = re.compile("[" + "".join(map(re.escape, sorted(chars))) + "]")
-    anchors: list[list[tuple[int, str]]] = [[] for _ in chat]
+    anchors: list[list[tuple[int, str]]] = [[] for _ in range(count)]
     parts: list[str] = []
     length = cursor = 0
     for match in pattern.finditer(output):
@@ -200,11 +209,34 @@ def _anchors(
             parts.append(escapes[char])
             length += len(escapes[char])
         else:
-            index, kind = marker.leaves[char]
+            index, kind = leaves[char]
             anchors[index].append((length, kind))
         cursor = match.end()
     parts.append(output[cursor:])
     if "".join(parts) != text:
+        return "the template renders marked content differently (it inspects the text, not just prints it)"
+    return anchors
+
+
+def _anchors_in(
+    output: str, leaves: dict[str, tuple[int, str]], escapes: dict[str, str], text: str, count: int
+) -> list[list[tuple[int, str]]] | str:
+    """:func:`_anchors_scan`, when every stand-in stands for one character: a marker's place in the text is its
+    place in the render less the markers before it, and the text check is one deletion of the markers (C
+    passes, not a Python step per marker and stand-in). A character of the markers' range that is not a
+    marker (the prompt held it) goes to the scan."""
+    anchors: list[list[tuple[int, str]]] = [[] for _ in range(count)]
+    removed = 0
+    for match in _MARK_RANGE.finditer(output):
+        leaf = leaves.get(match.group())
+        if leaf is None:
+            return _anchors_scan(output, leaves, escapes, text, count)
+        anchors[leaf[0]].append((match.start() - removed, leaf[1]))
+        removed += 1
+    stripped = _MARK_RANGE.sub("", output) if removed else output
+    for stand_in, char in escapes.items():
+        stripped = stripped.replace(stand_in, char)
+    if stripped != text:
         return "the template renders marked content differently (it inspects the text, not just prints it)"
     return anchors
 
