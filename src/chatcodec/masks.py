@@ -25,10 +25,13 @@ rule as with tags), so the model is trained on every character it must produce.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from .exceptions import ChatcodecError, InputError, MaskError
 from .render import plain
@@ -428,7 +431,11 @@ def assistant_mask(encoding: Encoding, layout: Layout, *, reasoning: bool, end_o
         spans = []
     else:
         spans = assistant_regions(layout, reasoning=reasoning, end_of_turn=end_of_turn)
-    mask = overlap_mask(encoding._offsets, spans) if encoding._offsets is not None else runs_mask(encoding._runs, spans)
+    if encoding._offsets is not None:
+        mask = overlap_mask(encoding._offsets, spans)
+    else:
+        ascii_mask = byte_width_mask(encoding, spans)
+        mask = ascii_mask if ascii_mask is not None else runs_mask(encoding._runs, spans)
     if "assistant" in layout.roles and not any(mask):
         if layout.generation_spans is not None:
             why = "; its {% generation %} blocks cover none of their tokens"
@@ -495,6 +502,128 @@ def runs_mask(runs: list[Run], spans: list[tuple[int, int]]) -> list[int]:
                 local_low, local_high = low - shift, high - shift
             append(1 if end > local_low and end > start else 0)
     return mask
+
+
+def byte_width_mask(encoding: Encoding, spans: list[tuple[int, int]]) -> list[int] | None:
+    """:func:`overlap_mask` of an ASCII prompt encoded by a byte-level BPE tokenizer, with no offsets read: or
+    None when that does not apply.
+
+    In such a tokenizer (:func:`byte_widths`) a token of ASCII text is as many characters wide as its vocabulary
+    string is long (one character per byte), so the tokens' ends are the running sum of those widths and the
+    control tokens' own. Each run must start where the sum has got to and the sum must end at the text's
+    length, or the offsets are read after all. The ends rise strictly, so a token is 1 when it overlaps a
+    span, which two bisections find for each span.
+    """
+    text = encoding.text
+    if not text.isascii():
+        return None
+    widths = byte_widths(encoding._codec._vocab)
+    if widths is None:
+        return None
+    lengths: list[int] = []
+    extend = lengths.extend
+    starts: list[tuple[int, int]] = []  # (index of the run's first token, where the run starts)
+    for run in encoding._runs:
+        if run.spans is not None:
+            return None
+        starts.append((len(lengths), run.start))
+        if run.encoding is not None and run.width == 0:
+            extend(map(widths.__getitem__, run.ids))
+        elif run.encoding is None and run.width > 0 and len(run.ids) == 1:
+            lengths.append(run.width)
+        else:
+            return None
+    if not lengths or 0 in lengths:  # 0: an id that is not a model token of the ByteLevel alphabet
+        return None
+    ends = list(accumulate(lengths))
+    if ends[-1] != len(text) or any(start != (ends[index - 1] if index else 0) for index, start in starts):
+        return None
+    count = len(ends)
+    mask = [0] * count
+    for low, high in spans:
+        first = bisect_right(ends, low)  # the first token that ends after low
+        # past the last token that starts before high: token k starts at ends[k - 1], the first one at 0
+        stop = min(count, bisect_left(ends, high) + 1) if high > 0 else 0
+        if stop > first:
+            mask[first:stop] = [1] * (stop - first)
+    return mask
+
+
+#: per vocabulary, its model tokens' widths on ASCII text (None: not a tokenizer whose offsets follow bytes)
+_BYTE_WIDTHS: WeakKeyDictionary[Any, dict[int, int] | None] = WeakKeyDictionary()
+_KEEPING_SPLITS = ("Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
+
+
+def byte_widths(vocab: Any) -> dict[int, int] | None:
+    """For a byte-level BPE tokenizer whose offsets are its tokens' bytes, each model token's length in
+    characters of ASCII text (its vocabulary string's length), by id; else None.
+
+    That tokenizer: the tokenizers library's BPE without dropout, subword prefix or suffix, whose strings are
+    in the ByteLevel alphabet (each id's, when first met: :class:`_Widths`); no normalizer or NFC (which leave ASCII as it is); pre-tokenized by
+    splits that keep every character and then ByteLevel without an added prefix space; post-processed, if
+    at all, by ByteLevel without trimmed offsets or by a template. Qwen2/3 and Llama 3 are such tokenizers.
+    """
+    try:
+        return _BYTE_WIDTHS[vocab]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referable: not a Vocabulary
+        return None
+    widths = _find_byte_widths(vocab)
+    _BYTE_WIDTHS[vocab] = widths
+    return widths
+
+
+def _find_byte_widths(vocab: Any) -> dict[int, int] | None:
+    import json
+
+    from .vocab import Vocabulary
+
+    if type(vocab) is not Vocabulary or vocab.splitter is None:
+        return None  # another tokenizer, or one that encodes prompts whole (runs then hold added tokens)
+    tokenizer = vocab.joiner  # what encodes the stretches of text
+    model = tokenizer.model
+    if type(model).__name__ != "BPE" or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix:
+        return None
+    normalizer = tokenizer.normalizer
+    if normalizer is not None and json.loads(normalizer.__getstate__()) != {"type": "NFC"}:
+        return None
+    pre = tokenizer.pre_tokenizer
+    steps = [] if pre is None else [json.loads(pre.__getstate__())]
+    if steps and steps[0].get("type") == "Sequence":
+        steps = steps[0].get("pretokenizers") or []
+    if not steps or steps[-1].get("type") != "ByteLevel" or steps[-1].get("add_prefix_space"):
+        return None
+    if any(step.get("type") != "Split" or step.get("behavior") not in _KEEPING_SPLITS for step in steps[:-1]):
+        return None
+    post = tokenizer.post_processor
+    processors = [] if post is None else [json.loads(post.__getstate__())]
+    if processors and processors[0].get("type") == "Sequence":
+        processors = processors[0].get("processors") or []
+    for processor in processors:
+        kind = processor.get("type")
+        if not (kind == "TemplateProcessing" or (kind == "ByteLevel" and not processor.get("trim_offsets"))):
+            return None
+    return _Widths(tokenizer)
+
+
+class _Widths(dict):  # type: ignore[type-arg]
+    """Token id -> its vocabulary string's length, looked up the first time the id is met (the whole
+    vocabulary's table would cost a tenth of a second in each process); 0 for an id that is not a model
+    token or whose string is not in the ByteLevel alphabet, which sends the mask back to the offsets."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        from tokenizers import pre_tokenizers
+
+        super().__init__()
+        self.model = tokenizer.model
+        self.alphabet = frozenset(pre_tokenizers.ByteLevel.alphabet())
+
+    def __missing__(self, index: int) -> int:
+        string = self.model.id_to_token(index) if isinstance(index, int) and index >= 0 else None
+        width = len(string) if string and self.alphabet.issuperset(string) else 0
+        self[index] = width
+        return width
 
 
 # --- per-message spans ----------------------------------------------------------------------------------
