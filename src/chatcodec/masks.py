@@ -559,9 +559,10 @@ def byte_widths(vocab: Any) -> dict[int, int] | None:
     characters of ASCII text (its vocabulary string's length), by id; else None.
 
     That tokenizer: the tokenizers library's BPE without dropout, subword prefix or suffix, whose strings are
-    in the ByteLevel alphabet (each id's, when first met: :class:`_Widths`); no normalizer or NFC (which leave ASCII as it is); pre-tokenized by
-    splits that keep every character and then ByteLevel without an added prefix space; post-processed, if
-    at all, by ByteLevel without trimmed offsets or by a template. Qwen2/3 and Llama 3 are such tokenizers.
+    in the ByteLevel alphabet (each id's, when first met: :class:`_Widths`); no normalizer or NFC (which
+    leave ASCII as it is); pre-tokenized by splits that keep every character and then ByteLevel without an
+    added prefix space; post-processed, if at all, by ByteLevel without trimmed offsets or by a template.
+    Qwen2/3 and Llama 3 are such tokenizers.
     """
     try:
         return _BYTE_WIDTHS[vocab]

@@ -269,7 +269,9 @@ def test_flat_columns_equal_the_row_lists(planted: Path, tmp_path: Path, monkeyp
     require_shared()
     import chatcodec.dataset.shards as shards
 
-    rows = [{"id": f"r{i}-\u00e9\u4e2d", "messages": _chat(f"question {i} " * (i + 1), f"answer {i}")} for i in range(7)]
+    rows = [
+        {"id": f"r{i}-\u00e9\u4e2d", "messages": _chat(f"question {i} " * (i + 1), f"answer {i}")} for i in range(7)
+    ]
     lines = [json.dumps(row) for row in rows[:3]] + ["not JSON"] + [json.dumps(row) for row in rows[3:]]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n\n\nnot JSON either\n", encoding="utf-8")
     qwen3 = SHARED / "tokenizers" / "qwen3"
@@ -293,9 +295,10 @@ def test_unpacked_output_does_not_import_pandas(planted: Path, tmp_path: Path) -
     require_shared()
     import subprocess
 
+    qwen3 = SHARED / "tokenizers" / "qwen3"
     code = (
         "import sys; from chatcodec.dataset import format_dataset;"
-        f"format_dataset({str(planted)!r}, {str(tmp_path / 'o.parquet')!r}, tokenizer={str(SHARED / 'tokenizers' / 'qwen3')!r},"
+        f"format_dataset({str(planted)!r}, {str(tmp_path / 'o.parquet')!r}, tokenizer={str(qwen3)!r},"
         f" template={str(planted / 'template.jinja')!r}, workers=1);"
         "print('pandas' in sys.modules)"
     )

@@ -128,7 +128,9 @@ class _Columns:
         for name in names:
             name_offsets.append(name_offsets[-1] + len(name))
         arrays = [
-            pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(name_offsets), pa.py_buffer(b"".join(names))]),
+            pa.Array.from_buffers(
+                pa.string(), count, [None, pa.py_buffer(name_offsets), pa.py_buffer(b"".join(names))]
+            ),
             pa.ListArray.from_arrays(offsets, _buffer_array(pa.int32(), total, self.tokens)),
             pa.ListArray.from_arrays(offsets, _buffer_array(pa.int8(), total, b"\x01" * total)),
             pa.ListArray.from_arrays(
