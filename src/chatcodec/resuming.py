@@ -280,6 +280,9 @@ class Record:
     starts: list[int]
     reach: list[int]
     states: list[tuple[Any, ...]]
+    #: whether the render's output up to the loop's end may hold a part longer than the compiled code's
+    #: short ones (its budget's ``long_parts``): output copied from it is then measured at the end
+    long: bool = False
 
 
 class Memo:
@@ -303,7 +306,7 @@ class Recorder:
     """The running loop's record: compiled code calls :meth:`begin` and :meth:`end` around each iteration."""
 
     __slots__ = (
-        "base", "current", "function", "items", "key", "memo",
+        "base", "current", "function", "items", "key", "long", "memo",
         "pieces", "reach", "start", "starts", "state", "states", "thresholds", "top",
     )  # fmt: skip
 
@@ -323,6 +326,8 @@ class Recorder:
         self.states: list[tuple[Any, ...]] = []
         #: the namespaces' state the loop goes on from (None: as they are)
         self.state: tuple[Any, ...] | None = None
+        #: whether the output copied from the last render may hold long parts
+        self.long = False
 
     def begin(self, index: int, at: int, state: tuple[Any, ...] = ()) -> None:
         self.starts.append(at - self.base)
@@ -348,13 +353,13 @@ class Recorder:
             self.top = self.current
         self.reach.append(self.top)
 
-    def done(self, at: int, state: tuple[Any, ...] = ()) -> None:
+    def done(self, at: int, state: tuple[Any, ...] = (), long: bool = True) -> None:
         self.starts.append(at - self.base)
         if state:
             self.states.append(state)
         self.memo.record = Record(
             self.function, self.items, self.key, self.thresholds, self.pieces, self.base, self.starts, self.reach,
-            self.states,
+            self.states, long,
         )  # fmt: skip
 
 
@@ -391,6 +396,7 @@ def resume(
             recorder.state = previous.states[start]
         recorder.top = previous.reach[start - 1]
         recorder.start = memo.resumed = start
+        recorder.long = previous.long
     return recorder
 
 
@@ -402,7 +408,9 @@ def _agreeing(previous: Record, messages: Any, items: list[Any], trusted: int) -
     bound = min(trusted - offset, len(items), len(previous.items))
     if offset < 0 or bound <= 0:
         return 0
-    if offset or not all(map(operator.is_, items[:bound], previous.items[:bound])):  # all the same: the usual
+    # the usual growth: the items so far are the previous ones, and the rest new (map stops at the shorter)
+    usual = not offset and len(previous.items) == bound and all(map(operator.is_, items, previous.items))
+    if not usual:
         same = list(map(operator.is_, items[:bound], previous.items[:bound]))
         if offset:
             same = list(map(operator.and_, same, map(operator.is_, items[:bound], messages[offset : offset + bound])))
@@ -413,10 +421,10 @@ def _agreeing(previous: Record, messages: Any, items: list[Any], trusted: int) -
 
 def _first_disagreement(op: str, shift: int, before: Any, after: Any) -> int:
     """The first index ``i >= 0`` where ``i + shift <op> before`` and ``i + shift <op> after`` differ."""
-    if _same(before, after):
-        return EVERYTHING
     if type(before) is not int or type(after) is not int:
-        return 0
+        return EVERYTHING if _same(before, after) else 0
+    if before == after:
+        return EVERYTHING
     if op in ("eq", "ne"):
         points = [v - shift for v in (before, after) if v - shift >= 0]
         return min(points, default=EVERYTHING)
