@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizer
 
 from chatcodec import ChatcodecError, ChatTemplate, InputError, LoadError, MaskError, SpecialTokenError
 from chatcodec.tokens import Codec, load
+from chatcodec.vocab import common_prefix
 
 from .conftest import SHARED, conversations, manifest, require_shared, template_source
 
@@ -608,3 +610,15 @@ def test_stretches_encoded_together_read_their_offsets_once(name: str, monkeypat
         assert enc.input_ids == hf(rendered, add_special_tokens=False)["input_ids"]
         assert enc.offsets == vocab.full.encode(rendered, add_special_tokens=False).offsets
     assert _CountingEncoding.reads == 2  # one joined encode per prompt, its offsets read once for all its runs
+
+
+def test_common_prefix_agrees_with_a_character_by_character_scan() -> None:
+    def scanned(a: str, b: str, limit: int | None) -> int:
+        most = min(len(a), len(b), len(a) if limit is None else limit)
+        return next((i for i in range(most) if a[i] != b[i]), most)
+
+    rng = random.Random(7)
+    for _ in range(5000):
+        a, b = ("".join(rng.choice("ab<") for _ in range(rng.randrange(12))) for _ in range(2))
+        limit = rng.choice([None, 0, 1, 3, 7, 20])
+        assert common_prefix(a, b, limit) == scanned(a, b, limit), (a, b, limit)

@@ -644,7 +644,6 @@ class Encoding:
     ) -> None:
         self.text = tokens.text
         self._runs = tokens.runs
-        self._tokens = tokens
         self.input_ids: list[int] = list(tokens.ids)  # the codec's history keeps the original
         self._attention_mask: list[int] | None = None
         #: character spans of ``text`` that read as a control token but hold text from the caller, and so

@@ -687,13 +687,14 @@ def common_prefix(a: str, b: str, limit: int | None = None) -> int:
     >>> common_prefix("<|im_start|>user", "<|im_start|>assistant")
     12
     """
-    high = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
-    if a[:high] == b[:high]:
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    high = len(short) if limit is None else min(len(short), limit)
+    if long.startswith(short if high == len(short) else short[:high]):  # the usual: no copy of the text
         return high
     low = 0
     while low < high:
         middle = (low + high + 1) // 2
-        if a[low:middle] == b[low:middle]:
+        if long.startswith(short[low:middle], low):
             low = middle
         else:
             high = middle - 1
