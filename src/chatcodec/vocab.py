@@ -358,15 +358,11 @@ class Vocabulary:
                 run_ids, encoding, skip, lead = fresh[key]
                 runs[index] = Run(start, run_ids, encoding=encoding, skip=skip, lead=lead)
         # the ids of the new runs, and how many precede each new stop
-        next_stop = known_stops
-        for index in range(first_new, len(runs)):
-            while next_stop < len(stop_runs) and stop_runs[next_stop] <= index:
-                stop_ids.append(len(ids))
-                next_stop += 1
-            ids.extend(runs[index].ids)
-        while next_stop < len(stop_runs):
-            stop_ids.append(len(ids))
-            next_stop += 1
+        counts = [len(ids)]  # ids before each new run, and after the last
+        for run in runs[first_new:]:
+            ids.extend(run.ids)
+            counts.append(len(ids))
+        stop_ids += [counts[stop_runs[i] - first_new] for i in range(known_stops, len(stop_runs))]
         if not restore:
             text = rendered
         elif kept_text:  # stand-ins swap one character for one: the text agrees as far as the prompt does
