@@ -24,7 +24,7 @@ large values, amplifying operators). A compiled render that raises anything but 
 :class:`~chatcodec.LimitError` is run again on the generic path, so errors and their messages are
 exactly jinja2's; templates with constructs the compiler leaves alone (``extends``, ``include``,
 ``import``, blocks, ``autoescape``, recursive loops) always take the generic path, and so do renders
-that track ``{% generation %}`` spans.
+that track ``{% generation %}`` spans of a block outside the root's own output (in a macro or a capture).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def _call(variables: Variables, function: Any, /, *args: Any, **kwargs: Any) -> 
     if kind is _CompiledMacro or kind is sandbox._BudgetedMacro or id(function) in environment._trusted:
         return function(*args, **kwargs)
     if type(function) is MethodType and type(function.__self__) is sandbox.GenerationExtension:
-        return function(*args, **kwargs)  # {% generation %} (spans are only tracked on the generic path)
+        return function(*args, **kwargs)  # {% generation %}
     return environment.call(_Context(variables), function, *args, **kwargs)
 
 
@@ -344,6 +344,8 @@ class _FastGenerator(sandbox._CodeGenerator):
         self._globals: dict[str, str] = {}
         #: names read from the render's variables, each once per render, and what stands for a missing one
         self._resolved: dict[str, str] = {}
+        #: a ``{% generation %}`` block outside the root's own output (in a macro, a capture, a filter)
+        self._nested_generation = False
         #: macros defined once at the top of the template and never rebound: called without ``Macro``
         self._direct_candidates: set[str] = set()
         self._direct: dict[str, tuple[str, list[str]]] = {}
@@ -619,6 +621,12 @@ class _FastGenerator(sandbox._CodeGenerator):
     def pop_assign_tracking(self, frame: Frame) -> None:
         # Nothing reads jinja2's `_loop_vars`/`_block_vars` or a context's exports here.
         self._assign_stack.pop()
+
+    def visit_CallBlock(self, node: nodes.CallBlock, frame: Frame) -> None:
+        call = node.call
+        if frame.buffer != "_o" and isinstance(call, nodes.Call) and isinstance(call.node, nodes.ExtensionAttribute):
+            self._nested_generation = True  # its span would be taken at another moment than jinja2's
+        super().visit_CallBlock(node, frame)
 
     def start_write(self, frame: Frame, node: nodes.Node | None = None) -> None:
         if frame.buffer == "_o":  # `{% call %}`, `{% filter %}`: a part of any size (see _output_part)
@@ -1864,7 +1872,7 @@ class FastTemplate:
     context as a whole).
     """
 
-    __slots__ = ("_lines", "names", "resumable", "root", "source")
+    __slots__ = ("_lines", "names", "resumable", "root", "source", "spans")
 
     def __init__(
         self,
@@ -1873,12 +1881,16 @@ class FastTemplate:
         debug_info: list[tuple[int, int]],
         names: frozenset[str],
         resumable: bool = False,
+        spans: bool = False,
     ) -> None:
         self.root = root
         self.source = source  # the generated Python, for reading
         self.names = names
         #: whether a render can resume the previous one (it has a loop chatcodec.resuming can take over)
         self.resumable = resumable
+        #: whether it tracks ``{% generation %}`` spans as the generic path does: every block writes to the
+        #: root's output, whose length so far is the span's start (GenerationExtension._generation)
+        self.spans = spans
         self._lines = sorted(debug_info, key=lambda pair: pair[1])
 
     def get_corresponding_lineno(self, lineno: int) -> int:
@@ -1910,8 +1922,9 @@ def fast_template(source: str) -> FastTemplate | None:
     except Exception:  # jinja2 refuses it (an unknown filter at compile time...): the generic path reports it
         return None
     template = FastTemplate(
-        namespace["root"], code, generator.debug_info, frozenset(generator._resolved), "_cc_resume" in code
-    )
+        namespace["root"], code, generator.debug_info, frozenset(generator._resolved), "_cc_resume" in code,
+        not generator._nested_generation,
+    )  # fmt: skip
     namespace["__jinja_template__"] = template
     return template
 
@@ -1928,7 +1941,7 @@ def render(
     fast = compiled.fast
     if fast is NOT_COMPILED:
         fast = compiled.fast = fast_template(source)
-    if fast is not None and budget.spans is None:
+    if fast is not None and (budget.spans is None or fast.spans):
         try:
             text: str = fast.render(variables, budget)
         except Exception as exc:
@@ -1950,4 +1963,6 @@ def recover(
     if isinstance(error, (RecursionError, MemoryError)):
         raise sandbox._translate(error, name) from error
     budget.output, budget.measured, budget.emitted = None, 0, 0  # the generic path starts over, same budget
+    if budget.spans:
+        budget.spans.clear()
     return sandbox.run(compiled, variables, name=name, budget=budget)

@@ -340,7 +340,11 @@ class GenerationExtension(jinja2.ext.Extension):
         text = caller()
         budget = limits.active()
         if budget.spans is not None:
-            budget.spans.append((budget.emitted, budget.emitted + len(text)))
+            start = budget.emitted
+            output = budget.output  # a compiled render's root output, measured up to `measured`
+            if output is not None and len(output) > budget.measured:
+                start += sum(map(len, output[budget.measured :]))
+            budget.spans.append((start, start + len(text)))
         return text
 
 

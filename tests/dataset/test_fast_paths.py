@@ -158,3 +158,101 @@ def test_byte_widths_only_for_tokenizers_whose_offsets_follow_bytes(tmp_path: Pa
 
     for change in (trim, prefix, lowercase, removed):
         assert byte_widths(variant(change.__name__, change)) is None, change.__name__
+
+
+# --- {% generation %} spans on the compiled path ---------------------------------------------------------
+
+#: tagged templates: blocks in the root's output (compiled, spans from its output list) and elsewhere
+_SPAN_TEMPLATES = {
+    "root": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
+    "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endfor %}",
+    "root_merged": "{% for m in messages %}{{ '<' ~ m.role ~ '>' }}{{ m.content | length }}{% if m.role == 'assistant' %}"
+    "{% generation %}{{ m.content ~ '|' }}{% for x in range(3) %}{{ x }}{% endfor %}{% endgeneration %}{% endif %}"
+    "{{ '.' * 3 }}{% endfor %}{% generation %}{% endgeneration %}end",
+    "macro": "{% macro turn(m) %}{% generation %}{{ m.content }}!{% endgeneration %}{% endmacro %}"
+    "{% for m in messages %}[{{ m.role }}]{{ 'x' }}{{ turn(m) if m.role == 'assistant' else m.content }}{% endfor %}",
+    "capture": "{% for m in messages %}{% set part %}{% generation %}{{ m.content }}{% endgeneration %}{% endset %}"
+    "{{ m.role }}:{{ part | length }}:{{ part }};{% endfor %}",
+    "filter": "{% for m in messages %}{% filter upper %}{{ m.role }}{% generation %}{{ m.content }}{% endgeneration %}"
+    "{% endfilter %}{% endfor %}",
+}
+
+
+def _spans_both_ways(template: Any, messages: list[Any], **options: Any) -> tuple[Any, Any, bool]:
+    """render_spans on the compiled path (when it takes it) and on the generic path, and whether the compiled
+    one ran without going back to the generic path."""
+    from chatcodec import sandbox
+
+    runs: list[int] = []
+    run = sandbox.run
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return run(*args, **kwargs)
+
+    sandbox.run = counting  # type: ignore[assignment]
+    try:
+        compiled = template.render_spans(messages, **options)
+    finally:
+        sandbox.run = run  # type: ignore[assignment]
+    fast = {key: value.fast for key, value in template._compiled.items()}
+    for value in template._compiled.values():
+        value.fast = None  # the generic path only
+    try:
+        generic = template.render_spans(messages, **options)
+    finally:
+        for key, value in template._compiled.items():
+            value.fast = fast[key]
+    return compiled, generic, not runs
+
+
+def test_compiled_generation_spans_equal_the_generic_ones() -> None:
+    """Blocks in the root's output take the compiled path, with its output list partly measured (long chats
+    cross the budget's checkpoints, long content makes long parts); blocks in a macro, a capture or a filter
+    take the generic path; both give jinja2's spans."""
+    from chatcodec import ChatTemplate
+
+    chats = [
+        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+        [{"role": m, "content": f"turn {i} " * (i % 7 + 1)} for i, m in enumerate(["user", "assistant"] * 150)],
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "long " * 5000}],
+        [{"role": "user", "content": "only a user"}],
+    ]
+    for name, source in _SPAN_TEMPLATES.items():
+        for chat in chats:
+            compiled, generic, fast = _spans_both_ways(ChatTemplate(source), chat)
+            assert compiled == generic, (name, len(chat))
+            assert fast == (name.startswith("root")), name
+        assert any(_spans_both_ways(ChatTemplate(source), chat)[1][1] for chat in chats)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
+def test_compiled_spans_of_the_training_templates(name: str) -> None:
+    """The training templates of the parity tests render their spans on the compiled path, as the generic path
+    does, for every corpus conversation and option set the template renders, and generated rows."""
+    from chatcodec import ChatTemplate
+
+    from ..test_masks import TAGGERS
+
+    require_shared()
+    codec = _codec(name)
+    template = ChatTemplate(TAGGERS[name](codec.template.source), special_tokens=codec.template.special_tokens)
+    from .test_parity import generated_rows
+
+    chats = list(conversations().values())
+    chats += [{"id": row["id"], "messages": row["messages"], "tools": row.get("tools"), "option_sets": [{}]}
+              for row in generated_rows(60)]  # fmt: skip
+    compared = 0
+    for conversation in chats:
+        for options in conversation["option_sets"]:
+            kwargs = {k: v for k, v in options.items() if k != "continue_final_message"}
+            try:
+                compiled, generic, fast = _spans_both_ways(
+                    template, conversation["messages"], tools=conversation["tools"], **kwargs
+                )
+            except ChatcodecError:
+                continue
+            assert compiled == generic, (conversation["id"], options)
+            assert fast, conversation["id"]
+            compared += 1
+    assert compared > 80
