@@ -50,6 +50,8 @@ RUNAWAYS = {
     "heavy iterations: list.count": "{% set l = [1] * 15000000 %}{% for i in range(100000) %}"
     "{% set n = l.count(2) %}{% endfor %}",
     "quadratic strip": "{{ ('a' * 4000000).strip('b' * 4000000 ~ 'a') }}",
+    "string sums that triple": "{% set ns = namespace(s='ab') %}{% for i in range(60) %}"
+    "{% set ns.s = ns.s + '-' + ns.s + ns.s %}{% endfor %}{{ ns.s|length }}",
     # --- time: single expensive built-ins --------------------------------------------------------------
     "sum of lists": "{{ ([[1]] * 1000000)|sum(start=[])|length }}",
     "power": "{{ 7 ** 17000000 }}",

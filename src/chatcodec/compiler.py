@@ -246,7 +246,17 @@ def _memo_item(recorder: resuming.Recorder, items: Any, key: Any) -> Any:
 
 
 def _chain(*parts: Any) -> Any:
-    """``a + b + c + ...`` when its operands are long: each sum checked before it allocates."""
+    """``a + b + c + ...`` when its operands are long: each sum checked before it allocates (plain strings
+    all at once: joined, the result is the largest of the sums)."""
+    size = 0
+    for part in parts:
+        if part.__class__ is not str:
+            break
+        size += len(part)
+    else:
+        if size > _SHORT:
+            limits.active().big(size, "a string", size)
+        return "".join(parts)
     result = parts[0]
     for part in parts[1:]:
         result = limits.add(result, part)
