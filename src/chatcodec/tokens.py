@@ -630,7 +630,7 @@ def _unmatched(
 class Encoding:
     """The tokens of one rendered conversation.
 
-    ``input_ids``, ``attention_mask`` and ``text`` are computed by :meth:`Codec.encode`; ``offsets``,
+    ``input_ids`` and ``text`` are computed by :meth:`Codec.encode`; ``attention_mask``, ``offsets``,
     ``assistant_mask``, ``message_spans`` and ``message_token_counts`` are worked out the first time they
     are read, so inference pays only for ids (``return_assistant_tokens_mask=True`` computes the mask in
     :meth:`Codec.encode` instead, where its errors belong).
@@ -645,7 +645,8 @@ class Encoding:
         self.text = tokens.text
         self._runs = tokens.runs
         self.input_ids: list[int] = list(tokens.ids)  # the codec's history keeps the original
-        self._attention_mask: list[int] | None = None
+        self._attention_mask: list[int] | None = None  # made when first read, as long as the ids are now
+        self._count = len(self.input_ids)
         #: character spans of ``text`` that read as a control token but hold text from the caller, and so
         #: were encoded as plain text
         self.escaped = list(tokens.escaped)
@@ -657,13 +658,13 @@ class Encoding:
 
     def _set_ids(self) -> None:
         self.input_ids = [i for run in self._runs for i in run.ids]
-        self._attention_mask = None
+        self._attention_mask, self._count = None, len(self.input_ids)
 
     @property
     def attention_mask(self) -> list[int]:
         """1 for every token (one conversation has no padding), made when first read."""
-        if self._attention_mask is None or len(self._attention_mask) != len(self.input_ids):
-            self._attention_mask = [1] * len(self.input_ids)
+        if self._attention_mask is None:
+            self._attention_mask = [1] * self._count
         return self._attention_mask
 
     @attention_mask.setter
