@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from jinja2 import nodes
+from jinja2 import Undefined, nodes
 
 from chatcodec import ChatcodecError, ChatTemplate, History, compiler, limits, resuming, sandbox, tokens
 from chatcodec.resuming import Memo
@@ -211,6 +211,12 @@ def test_values_are_compared_strictly() -> None:
     assert not resuming._same((1,), (1.0,))
     assert not resuming._same(({"a": 1, "b": 2},), ({"b": 2, "a": 1},))
     assert not resuming._same((object(),), (object(),))
+    # a namespace's attributes with an undefined value in them: compared one by one, as strictly
+    undefined = Undefined(name="x")
+    assert resuming._same({"a": 1, "u": undefined}, {"a": 1, "u": undefined})
+    assert not resuming._same({"a": 1, "u": undefined}, {"a": True, "u": undefined})
+    assert not resuming._same({1: "a", "u": undefined}, {True: "a", "u": undefined})
+    assert not resuming._same({"a": 1, "u": undefined}, {"u": undefined, "a": 1})
 
 
 # --- the qwen-style reverse scan stops once its flag is cleared ----------------------------------------------

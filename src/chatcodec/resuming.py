@@ -282,7 +282,7 @@ class Record:
     states: list[tuple[Any, ...]]
     #: whether the render's output up to the loop's end may hold a part longer than the compiled code's
     #: short ones (its budget's ``long_parts``): output copied from it is then measured at the end
-    long: bool = False
+    long: bool = True
 
 
 class Memo:
@@ -445,7 +445,7 @@ def _same(a: Any, b: Any) -> bool:
         return marshal.dumps(a, 2) == marshal.dumps(b, 2)  # version 2: no references, one text per value
     except ValueError:  # not plain data (an undefined value is the same object in every render, or not same)
         if type(a) is dict:  # a namespace's attributes (value()), one of them not plain data
-            return list(a) == list(b) and all(map(_same, a.values(), b.values()))
+            return len(a) == len(b) and all(map(_same, a, b)) and all(map(_same, a.values(), b.values()))
         return False
 
 
