@@ -256,6 +256,11 @@ class Vocabulary:
         self.joiner.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
         self._plain: Tokenizer | None = self.joiner if self.start_sensitive else None
         self._separator_id = self.joiner.token_to_id(_SEPARATOR)
+        # NFC leaves ASCII as it is, characters and offsets: stretches of ASCII text skip the normalizer (made on
+        # first use: the joiner without it)
+        normalizer = tokenizer.normalizer
+        self._nfc = normalizer is not None and json.loads(normalizer.__getstate__()) == {"type": "NFC"}
+        self._ascii_joiner: Tokenizer | None = None
         self.split_special_tokens = split_special_tokens
         self._cache: dict[tuple[str, bool], tuple[list[int], Any, int, int]] = {}
         self._affixes: tuple[list[int], list[int]] | None = None
@@ -429,7 +434,7 @@ class Vocabulary:
             encoding = _encode(self.plain, key[0])
             fresh[key] = (encoding.ids, encoding, 0, 0)
         if len(joined) == 1 and not (self.start_sensitive and not joined[0][1]):
-            encoding = _encode(self.joiner, joined[0][0])  # no separator in the text: the plain tokenizer's ids
+            encoding = _encode(self._joiner_for(joined), joined[0][0])  # no separator: the plain tokenizer's ids
             fresh[joined[0]] = (encoding.ids, encoding, 0, 0)
         elif joined:
             joined.sort(key=lambda key: not key[1])  # a stretch at the start of the prompt goes first
@@ -439,6 +444,23 @@ class Vocabulary:
             self._cache.clear()  # a rough bound: chats repeat their recent stretches, not old ones
         self._cache.update(fresh)
         return fresh
+
+    def _joiner_for(self, keys: list[tuple[str, bool]]) -> Tokenizer:
+        """The joiner, or for stretches all of ASCII under an NFC normalizer, the joiner without it."""
+        if not self._nfc or not all(text.isascii() for text, _ in keys):
+            return self.joiner
+        if self._ascii_joiner is None:
+            from tokenizers import AddedToken
+
+            joiner = _plain_copy(self.full)
+            joiner.normalizer = None
+            joiner.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+            if joiner.token_to_id(_SEPARATOR) != self._separator_id:
+                self._nfc = False
+                return self.joiner
+            with self._lock:
+                self._ascii_joiner = joiner
+        return self._ascii_joiner
 
     def _encode_joined(
         self, keys: list[tuple[str, bool]], fresh: dict[tuple[str, bool], tuple[list[int], Any, int, int]]
@@ -454,7 +476,7 @@ class Vocabulary:
             leads.append(position)
             parts.append(text)
             position += len(text)
-        encoding = _encode(self.joiner, "".join(parts))
+        encoding = _encode(self._joiner_for(keys), "".join(parts))
         ids = encoding.ids
         shared = _Joined(encoding)
         separator = self._separator_id

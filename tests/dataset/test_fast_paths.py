@@ -257,3 +257,36 @@ def test_compiled_spans_of_the_training_templates(name: str) -> None:
             assert fast, conversation["id"]
             compared += 1
     assert compared > 80
+
+
+# --- ASCII stretches without the NFC normalizer ----------------------------------------------------------
+
+
+def test_ascii_stretches_skip_nfc_with_the_same_ids_and_offsets() -> None:
+    """Qwen3's normalizer is NFC, which leaves ASCII text as it is: stretches all of ASCII are encoded without it,
+    with the ids and offsets of the normalizing tokenizer (a codec that always normalizes), and of the real
+    tokenizer on the whole prompt."""
+    from chatcodec.tokens import load
+
+    from ..conftest import SHARED
+    from .test_parity import generated_rows
+
+    require_shared()
+    skipping, normalizing = load(SHARED / "tokenizers" / "qwen3"), load(SHARED / "tokenizers" / "qwen3")
+    assert skipping._vocab._nfc  # type: ignore[union-attr]
+    normalizing._vocab._nfc = False  # type: ignore[union-attr]
+    chats = [(c["messages"], c.get("tools")) for c in conversations().values()]
+    chats += [(row["messages"], row.get("tools")) for row in generated_rows(40)]
+    ascii_prompts = 0
+    for (messages, tools), policy in itertools.product(chats, ("escape", "allow")):
+        try:
+            ours = skipping.encode(messages, tools=tools, content_special_tokens=policy)
+        except ChatcodecError:
+            continue
+        theirs = normalizing.encode(messages, tools=tools, content_special_tokens=policy)
+        assert (ours.input_ids, ours.offsets) == (theirs.input_ids, theirs.offsets)
+        if policy == "allow":
+            whole = skipping.tokenizer.encode(ours.text, add_special_tokens=False)  # type: ignore[union-attr]
+            assert (ours.input_ids, ours.offsets) == (whole.ids, whole.offsets)
+        ascii_prompts += ours.text.isascii()
+    assert skipping._vocab._ascii_joiner is not None and ascii_prompts > 50  # type: ignore[union-attr]
