@@ -101,20 +101,26 @@ def run_shard(shard: Shard, formatter: Formatter, pack_length: int | None = None
 
 
 class _Columns:
-    """The output columns of unpacked rows, as flat arrays of 32-bit ids and 8-bit masks with their offsets."""
+    """The output columns of unpacked rows, as flat arrays of 32-bit ids (and labels) and 8-bit masks with
+    their offsets."""
 
     def __init__(self, with_labels: bool) -> None:
         self.with_labels = with_labels
         self.ids: list[str] = []
         self.tokens = array("i")
-        self.masks = array("i" if with_labels else "b")
+        self.labels = array("i")
+        self.masks = bytearray()
         self.offsets = array("i", [0])
         self.lengths = array("i")
 
     def add(self, row: Formatted) -> None:
+        # fromlist and bytearray.extend take a list at C speed (array.extend goes item by item: 2-4x slower)
         self.ids.append(row.id)
-        self.tokens.extend(row.input_ids)
-        self.masks.extend(labels(row.input_ids, row.mask) if self.with_labels else row.mask)
+        self.tokens.fromlist(row.input_ids)
+        if self.with_labels:
+            self.labels.fromlist(labels(row.input_ids, row.mask))
+        else:
+            self.masks.extend(row.mask)  # 0 and 1: bytes
         self.lengths.append(len(row.input_ids))
         self.offsets.append(len(self.tokens))
 
@@ -134,7 +140,10 @@ class _Columns:
             pa.ListArray.from_arrays(offsets, _buffer_array(pa.int32(), total, self.tokens)),
             pa.ListArray.from_arrays(offsets, _buffer_array(pa.int8(), total, b"\x01" * total)),
             pa.ListArray.from_arrays(
-                offsets, _buffer_array(pa.int32() if self.with_labels else pa.int8(), total, self.masks)
+                offsets,
+                _buffer_array(pa.int32(), total, self.labels)
+                if self.with_labels
+                else _buffer_array(pa.int8(), total, self.masks),
             ),
             _buffer_array(pa.int32(), count, self.lengths),
         ]
