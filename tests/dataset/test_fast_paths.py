@@ -43,22 +43,23 @@ def test_anchors_read_in_c_passes_equal_the_scan(name: str, monkeypatch: pytest.
     """_anchors_in (markers found by one regex, the text checked by deleting them) against _anchors_scan
     (marker by marker and stand-in by stand-in), on each corpus template's conversations and marked content."""
     require_shared()
-    codec = _corpus_codec(name)
-    chats = [conversations()[c] for c in _CONVERSATIONS] + [{"messages": _MARKED}]
-    fast = _layouts(codec, chats)
-    monkeypatch.setattr(masks, "_anchors_in", masks._anchors_scan)
-    assert _layouts(codec, chats) == fast
+    fast = _layouts_both_ways(_corpus_codec(name), monkeypatch)
     assert any(isinstance(f, tuple) and f[1] is None and any(f[0]) for f in fast)  # anchors were really found
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
 def test_anchors_on_the_real_tokenizers(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     require_shared()
-    codec = _codec(name)
+    _layouts_both_ways(_codec(name), monkeypatch)
+
+
+def _layouts_both_ways(codec: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The layouts of the test chats read in C passes, checked equal to the marker-by-marker scan's."""
     chats = [conversations()[c] for c in _CONVERSATIONS] + [{"messages": _MARKED}]
     fast = _layouts(codec, chats)
     monkeypatch.setattr(masks, "_anchors_in", masks._anchors_scan)
     assert _layouts(codec, chats) == fast
+    return fast
 
 
 # --- masks of ASCII prompts from byte widths -------------------------------------------------------------
