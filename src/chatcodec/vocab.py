@@ -12,7 +12,7 @@ import bisect
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .exceptions import InputError, SpecialTokenError
@@ -236,7 +236,10 @@ class Vocabulary:
         )
         #: the normalizer added tokens are matched after, if any (then control-token marks are found after it too)
         self.normalizer = tokenizer.normalizer if any(t.normalized for t in added.values()) else None
-        self.splitter: _Splitter | None = re.compile(alternation(self.matched)) if plain_flags else None
+        pattern = alternation(self.matched)
+        self.splitter: _Splitter | None = re.compile(pattern) if plain_flags else None
+        #: the same regex with a group: its split gives the text and the tokens in one call
+        self._split: Callable[[str], list[str]] | None = re.compile(f"({pattern})").split if plain_flags else None
         #: the longest added token: how far a match attempt reads ahead
         self.longest = max(map(len, self.matched), default=1)
         # a tokenizer that treats the start of the input specially (Metaspace prepend_scheme="first")
@@ -326,14 +329,11 @@ class Vocabulary:
                 escaped = [span for span in previous.escaped if span[1] <= at]
         known_stops = len(stops)
         first_new = len(runs)
-        end = len(rendered)
-        for match in self.splitter.finditer(rendered, at):
-            start = match.start()
-            if start in dropped:
-                escaped.append(match.span())
-                continue
-            if start > at:
-                piece = rendered[at:start]
+        parts = self._parts(rendered, at, dropped, escaped)  # text, token, text, token, ..., text
+        last = len(parts) - 1
+        for index in range(0, len(parts), 2):
+            piece = parts[index]
+            if piece:
                 entry = cache.get((piece, sensitive and at == 0))
                 if entry is not None:
                     runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2], lead=entry[3]))
@@ -342,21 +342,13 @@ class Vocabulary:
                 else:
                     pending.append((len(runs), (piece, sensitive and at == 0), at))
                     runs.append(_PENDING)
-            token = match.group()
-            runs.append(Run(start, [added[token]], width=len(token)))
-            at = match.end()
-            stops.append(at)
-            stop_runs.append(len(runs))
-        if at < end:
-            piece = rendered[at:]
-            entry = cache.get((piece, sensitive and at == 0))
-            if entry is not None:
-                runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2], lead=entry[3]))
-            elif stand_ins and _holds_any(piece, stand_ins):
-                self._caller_text(piece, at, restore, matching, runs, pending, escaped)  # type: ignore[arg-type]
-            else:
-                pending.append((len(runs), (piece, sensitive and at == 0), at))
-                runs.append(_PENDING)
+                at += len(piece)
+            if index < last:
+                token = parts[index + 1]
+                runs.append(Run(at, [added[token]], width=len(token)))
+                at += len(token)
+                stops.append(at)
+                stop_runs.append(len(runs))
         if pending:
             fresh = self._encode_missing(list(dict.fromkeys(key for _, key, _ in pending)))
             for index, key, start in pending:
@@ -377,6 +369,22 @@ class Vocabulary:
         if len(escaped) > 1:
             escaped.sort()
         return Tokenized(rendered, runs, text, escaped, ids, stops, stop_runs, stop_ids)
+
+    def _parts(self, rendered: str, at: int, dropped: frozenset[int], escaped: list[tuple[int, int]]) -> list[str]:
+        """The prompt from ``at`` split at the added tokens it matches: text, token, text, ..., text (one C call
+        for a regex splitter). A token starting in ``dropped`` stays in its text, its span added to ``escaped``."""
+        if not dropped and self._split is not None:
+            return self._split(rendered[at:] if at else rendered)
+        parts: list[str] = []
+        for match in self.splitter.finditer(rendered, at):  # type: ignore[union-attr]
+            start = match.start()
+            if start in dropped:
+                escaped.append(match.span())
+                continue
+            parts += (rendered[at:start], match.group())
+            at = match.end()
+        parts.append(rendered[at:])
+        return parts
 
     def _caller_text(
         self,
@@ -668,6 +676,7 @@ class ExternalVocabulary(Vocabulary):
         self.matched = frozenset(self.added)
         self.normalizer = None
         self.splitter = _Split(tokenizer)
+        self._split = None
         self.longest = max(tokenizer.reach, 1)
         self.start_sensitive = False
         self.split_special_tokens = False
