@@ -111,11 +111,10 @@ class Run:
 
     __slots__ = ("encoding", "ids", "lead", "skip", "spans", "start", "width")
 
-    def __init__(
+    def __init__(  # the hot callers pass everything by position: a call with keywords costs three times as much
         self,
         start: int,
         ids: list[int],
-        *,
         encoding: Any = None,
         skip: int = 0,
         lead: int = 0,
@@ -336,7 +335,7 @@ class Vocabulary:
             if piece:
                 entry = cache.get((piece, sensitive and at == 0))
                 if entry is not None:
-                    runs.append(Run(at, entry[0], encoding=entry[1], skip=entry[2], lead=entry[3]))
+                    runs.append(Run(at, entry[0], entry[1], entry[2], entry[3]))
                 elif stand_ins and _holds_any(piece, stand_ins):
                     self._caller_text(piece, at, restore, matching, runs, pending, escaped)  # type: ignore[arg-type]
                 else:
@@ -345,7 +344,7 @@ class Vocabulary:
                 at += len(piece)
             if index < last:
                 token = parts[index + 1]
-                runs.append(Run(at, [added[token]], width=len(token)))
+                runs.append(Run(at, [added[token]], None, 0, 0, len(token)))
                 at += len(token)
                 stops.append(at)
                 stop_runs.append(len(runs))
@@ -353,7 +352,7 @@ class Vocabulary:
             fresh = self._encode_missing(list(dict.fromkeys(key for _, key, _ in pending)))
             for index, key, start in pending:
                 run_ids, encoding, skip, lead = fresh[key]
-                runs[index] = Run(start, run_ids, encoding=encoding, skip=skip, lead=lead)
+                runs[index] = Run(start, run_ids, encoding, skip, lead)
         # the ids of the new runs, and how many precede each new stop
         counts = [len(ids)]  # ids before each new run, and after the last
         for run in runs[first_new:]:
@@ -421,12 +420,12 @@ class Vocabulary:
         cache = self._cache
         for piece, is_token, offset in parts_known:
             if is_token:
-                runs.append(Run(start + offset, [self.added[piece]], width=len(piece)))
+                runs.append(Run(start + offset, [self.added[piece]], None, 0, 0, len(piece)))
                 continue
             piece_key = (piece, self.start_sensitive and start + offset == 0)
             entry = cache.get(piece_key)
             if entry is not None:
-                runs.append(Run(start + offset, entry[0], encoding=entry[1], skip=entry[2], lead=entry[3]))
+                runs.append(Run(start + offset, entry[0], entry[1], entry[2], entry[3]))
             else:
                 pending.append((len(runs), piece_key, start + offset))
                 runs.append(_PENDING)
