@@ -554,6 +554,12 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.writeline("return ''.join(_o)")
         self.outdent()
 
+    def _resolve(self, name: str) -> str:
+        """The local (``_r_N``) that holds the render's variable ``name``, read once at the start of root."""
+        if name not in self._resolved:
+            self._resolved[name] = f"_r_{len(self._resolved)}"
+        return self._resolved[name]
+
     def enter_frame(self, frame: Frame) -> None:
         # jinja2's, with names resolved from the render's variables (then the environment's globals)
         undefs = []
@@ -562,9 +568,7 @@ class _FastGenerator(sandbox._CodeGenerator):
                 pass
             elif action == VAR_LOAD_RESOLVE:
                 # the render's variables do not change while it runs: each name is read once, up front
-                if param not in self._resolved:
-                    self._resolved[param] = f"_r_{len(self._resolved)}"
-                self.writeline(f"{target} = {self._resolved[param]}")
+                self.writeline(f"{target} = {self._resolve(param)}")
                 self._defined.add(target)
             elif action == VAR_LOAD_ALIAS:
                 self.writeline(f"{target} = {param}")
@@ -793,11 +797,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.indent()
         self.writeline("_cc_too_deep(_b)")
         self.outdent()
-        self.writeline(f"_b.steps -= {sandbox._weight(node.body)}")
-        self.writeline("if _b.steps <= 0:")
-        self.indent()
-        self.writeline("_b.tick()")
-        self.outdent()
+        self._pay(str(sandbox._weight(node.body)))
         self.writeline("try:")
         self.indent()
         with self._new_scope():
@@ -1018,11 +1018,8 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.writeline(f"{weighed} = 0 if {length} < {most} else {weight}")
         self.writeline(f"if not {weighed}:")
         self.indent()
-        self.writeline(f"_b.steps -= ({length} + 1) * {weight}")
-        self.writeline("if _b.steps <= 0:")
-        self.indent()
-        self.writeline("_b.tick()")
-        self.outdent(2)
+        self._pay(f"({length} + 1) * {weight}")
+        self.outdent()
         # what the body sees from outside the loop, as it is when the loop starts
         target = node.target.name  # type: ignore[attr-defined]
         compared = {n: [a for m, a in plan.thresholds if m == n and a is not None] for n, _ in plan.thresholds}
@@ -1064,11 +1061,8 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.write(f" = {items}[{index}]")
         self.writeline(f"if {weighed}:")
         self.indent()
-        self.writeline(f"_b.steps -= {weighed}")
-        self.writeline("if _b.steps <= 0:")
-        self.indent()
-        self.writeline("_b.tick()")
-        self.outdent(2)
+        self._pay(weighed)
+        self.outdent()
         self.writeline(f"_mq.begin({index}, len(_o), ({self._memo_state}))")
 
     def _outside_value(self, name: str, loop_frame: Frame) -> str | None:
@@ -1076,17 +1070,13 @@ class _FastGenerator(sandbox._CodeGenerator):
         value there (a name only an inner loop binds) or cannot change between renders (undefined)."""
         ref = loop_frame.symbols.find_ref(name)
         if ref is None:  # read only in an inner loop: the render's variable of that name, to be safe
-            if name not in self._resolved:
-                self._resolved[name] = f"_r_{len(self._resolved)}"
-            return self._resolved[name]
+            return self._resolve(name)
         load = loop_frame.symbols.loads.get(ref)
         if load is None:
             return ref  # a name of an outer frame
         action, param = load
         if action == VAR_LOAD_RESOLVE:
-            if param not in self._resolved:
-                self._resolved[param] = f"_r_{len(self._resolved)}"
-            return self._resolved[param]
+            return self._resolve(param)
         if action == VAR_LOAD_ALIAS:
             return param  # type: ignore[no-any-return]
         return None  # the loop's own item or `loop`, or a name undefined outside it
@@ -1105,11 +1095,7 @@ class _FastGenerator(sandbox._CodeGenerator):
             self.writeline(f"if {length} < {most}:")
             paid = f"({length} + 1) * {weight}"
         self.indent()
-        self.writeline(f"_b.steps -= {paid}")
-        self.writeline("if _b.steps <= 0:")
-        self.indent()
-        self.writeline("_b.tick()")
-        self.outdent()
+        self._pay(paid)
         self.writeline(f"{counted} = {items}")
         self.outdent()
         self.writeline("else:")
@@ -1118,14 +1104,19 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.outdent()
         return counted
 
+    def _pay(self, steps: str, node: nodes.Node | None = None) -> None:
+        """Generated code that pays ``steps`` (Python source) from the budget, checking the clock and memory
+        when a chunk of steps is used up."""
+        self.writeline(f"_b.steps -= {steps}", node)
+        self.writeline("if _b.steps <= 0:")
+        self.indent()
+        self.writeline("_b.tick()")
+        self.outdent()
+
     def visit_ExprStmt(self, node: nodes.ExprStmt, frame: Frame) -> None:
         if isinstance(node.node, nodes.Filter) and node.node.name == "_cc_spend":
             # a checkpoint: the steps paid here, and the clock read when a chunk is used up
-            self.writeline(f"_b.steps -= {node.node.args[0].as_const(frame.eval_ctx)}", node)
-            self.writeline("if _b.steps <= 0:")
-            self.indent()
-            self.writeline("_b.tick()")
-            self.outdent()
+            self._pay(str(node.node.args[0].as_const(frame.eval_ctx)), node)
             return
         super().visit_ExprStmt(node, frame)
 
