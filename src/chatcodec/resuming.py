@@ -310,7 +310,9 @@ class Recorder:
         "pieces", "reach", "start", "starts", "state", "states", "thresholds", "top",
     )  # fmt: skip
 
-    def __init__(self, memo: Memo, function: Any, items: list[Any], key: tuple[Any, ...], thresholds: Any) -> None:
+    def __init__(
+        self, memo: Memo, function: Any, items: list[Any], key: tuple[Any, ...], thresholds: Any, output: list[str]
+    ) -> None:
         self.memo = memo
         self.function = function
         self.items = items
@@ -319,8 +321,9 @@ class Recorder:
         self.start = 0
         self.current = 0
         self.top = -1
-        self.pieces: list[str] = []
-        self.base = 0
+        #: the render's output, and its length where the loop starts
+        self.pieces = output
+        self.base = len(output)
         self.starts: list[int] = []
         self.reach: list[int] = []
         self.states: list[tuple[Any, ...]] = []
@@ -374,9 +377,7 @@ def resume(
 ) -> Recorder:
     """At the loop's start: a recorder, with the iterations that need not run again copied to ``output`` and
     :attr:`Recorder.start` the first one to run."""
-    recorder = Recorder(memo, function, items, key, thresholds)
-    recorder.pieces = output
-    recorder.base = len(output)
+    recorder = Recorder(memo, function, items, key, thresholds, output)
     previous = memo.previous
     if previous is None or previous.function is not function or type(items) is not list:
         return recorder

@@ -221,8 +221,6 @@ class Vocabulary:
     """
 
     def __init__(self, tokenizer: Tokenizer, split_special_tokens: bool) -> None:
-        from tokenizers import AddedToken
-
         self.full = tokenizer
         added = tokenizer.get_added_tokens_decoder()
         self.added: dict[str, int] = {token.content: index for index, token in added.items()}
@@ -254,8 +252,7 @@ class Vocabulary:
         # lies between added tokens alone): the joiner is the plain tokenizer with the separator in any case.
         # Text without the separator encodes alike with or without it, so other tokenizers build their plain
         # tokenizer only for text that holds it (see plain): one tokenizer built at load, not two
-        self.joiner = _plain_copy(tokenizer)
-        self.joiner.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+        self.joiner = _with_separator(_plain_copy(tokenizer))
         self._plain: Tokenizer | None = self.joiner if self.start_sensitive else None
         self._separator_id = self.joiner.token_to_id(_SEPARATOR)
         # NFC leaves ASCII as it is, characters and offsets: stretches of ASCII text skip the normalizer (made on
@@ -457,11 +454,9 @@ class Vocabulary:
         if not self._nfc or not all(text.isascii() for text, _ in keys):
             return self.joiner
         if self._ascii_joiner is None:
-            from tokenizers import AddedToken
-
             joiner = _plain_copy(self.full)
             joiner.normalizer = None
-            joiner.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+            _with_separator(joiner)
             if joiner.token_to_id(_SEPARATOR) != self._separator_id:
                 self._nfc = False
                 return self.joiner
@@ -560,13 +555,13 @@ class Vocabulary:
         """The tokenizer with every added token but ``control`` (and the separator, if it needs one)."""
         tokenizer = self._without.get(control)
         if tokenizer is None:
-            from tokenizers import AddedToken, Tokenizer
+            from tokenizers import Tokenizer
 
             spec = json.loads(self.full.to_str())
             spec["added_tokens"] = [t for t in spec.get("added_tokens") or [] if t.get("content") not in control]
             tokenizer = Tokenizer.from_str(json.dumps(spec))
             if self.start_sensitive:
-                tokenizer.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+                _with_separator(tokenizer)
             with self._lock:
                 self._without[control] = tokenizer
         return tokenizer
@@ -802,6 +797,14 @@ def _plain_copy(tokenizer: Tokenizer) -> Tokenizer:
     copy.post_processor = tokenizer.post_processor
     copy.decoder = tokenizer.decoder
     return copy
+
+
+def _with_separator(tokenizer: Tokenizer) -> Tokenizer:
+    """``tokenizer`` with the separator that joins stretches added as a special token (see Vocabulary)."""
+    from tokenizers import AddedToken
+
+    tokenizer.add_special_tokens([AddedToken(_SEPARATOR, special=True, normalized=False)])
+    return tokenizer
 
 
 def _has_first_only_prefix(pre_tokenizer: Any) -> bool:
