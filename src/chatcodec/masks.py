@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from itertools import accumulate
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
@@ -509,10 +510,10 @@ def byte_width_mask(encoding: Encoding, spans: list[tuple[int, int]]) -> list[in
     None when that does not apply.
 
     In such a tokenizer (:func:`byte_widths`) a token of ASCII text is as many characters wide as its vocabulary
-    string is long (one character per byte), so the tokens' ends are the running sum of those widths and the
-    control tokens' own. Each run must start where the sum has got to and the sum must end at the text's
-    length, or the offsets are read after all. The ends rise strictly, so a token is 1 when it overlaps a
-    span, which two bisections find for each span.
+    string is long (one character per byte), and never empty. The runs lie end to end from character 0, so the
+    run a span's edge falls in is found by bisecting the runs' starts, and only a run an edge falls inside has
+    its tokens measured (their widths must sum to the run's length, or the offsets are read after all): every
+    token between the edges overlaps the span.
     """
     text = encoding.text
     if not text.isascii():
@@ -520,34 +521,60 @@ def byte_width_mask(encoding: Encoding, spans: list[tuple[int, int]]) -> list[in
     widths = byte_widths(encoding._codec._vocab)
     if widths is None:
         return None
-    lengths: list[int] = []
-    extend = lengths.extend
-    starts: list[tuple[int, int]] = []  # (index of the run's first token, where the run starts)
-    for run in encoding._runs:
-        if run.spans is not None:
-            return None
-        starts.append((len(lengths), run.start))
-        if run.encoding is not None and run.width == 0:
-            extend(map(widths.__getitem__, run.ids))
-        elif run.encoding is None and run.width > 0 and len(run.ids) == 1:
-            lengths.append(run.width)
-        else:
-            return None
-    if not lengths or 0 in lengths:  # 0: an id that is not a model token of the ByteLevel alphabet
+    runs = encoding._runs
+    if not runs or min(map(_WIDTH, runs)) < 0 or list(map(_SPANS, runs)).count(None) < len(runs):
+        return None  # tokens the text does not hold, or offsets given outright
+    starts = list(map(_START, runs))  # where each run starts in the text (C passes: no Python step per run)
+    firsts = [0, *accumulate(map(len, map(_IDS, runs)))]  # the index of each run's first token, and the count
+    count = firsts.pop()
+    if not count or starts[0] != 0:
         return None
-    ends = list(accumulate(lengths))
-    if ends[-1] != len(text) or any(start != (ends[index - 1] if index else 0) for index, start in starts):
-        return None
-    count = len(ends)
+    length = len(text)
     mask = [0] * count
     for low, high in spans:
-        first = bisect_right(ends, low)  # the first token that ends after low
-        # past the last token that starts before high: token k starts at ends[k - 1], the first one at 0
-        stop = min(count, bisect_left(ends, high) + 1) if high > 0 else 0
+        if low >= length or high <= 0:
+            continue  # no token ends after low, or none starts before high
+        first = 0  # the first token that ends after low
+        if low > 0:
+            index = bisect_right(starts, low) - 1
+            first = firsts[index]
+            if low > starts[index]:
+                ends = _run_ends(runs, starts, index, length, widths)
+                if ends is None:
+                    return None
+                first += bisect_right(ends, low - starts[index])
+        stop = count  # past the first token that ends at or after high
+        if high < length:
+            index = bisect_left(starts, high)
+            if index < len(starts) and starts[index] == high:  # a run starts at high: the one before ends there
+                stop = firsts[index]
+            else:
+                index -= 1
+                ends = _run_ends(runs, starts, index, length, widths)
+                if ends is None:
+                    return None
+                stop = firsts[index] + bisect_left(ends, high - starts[index]) + 1
         if stop > first:
             mask[first:stop] = [1] * (stop - first)
     return mask
 
+
+def _run_ends(runs: list[Run], starts: list[int], index: int, length: int, widths: dict[int, int]) -> list[int] | None:
+    """Where a run's tokens end, from its start, by their widths; None unless they fill the run exactly (a
+    control token is one token as wide as its text; a stretch of text is model tokens of the ByteLevel alphabet)."""
+    run = runs[index]
+    size = (starts[index + 1] if index + 1 < len(starts) else length) - starts[index]
+    if run.encoding is None:
+        return [size] if run.width == size and len(run.ids) == 1 else None
+    lengths = list(map(widths.__getitem__, run.ids))
+    if run.width or 0 in lengths:  # 0: an id that is not a model token of the ByteLevel alphabet
+        return None
+    ends = list(accumulate(lengths))
+    return ends if ends and ends[-1] == size else None
+
+
+#: the runs' fields, read in C passes
+_START, _IDS, _WIDTH, _SPANS = map(attrgetter, ("start", "ids", "width", "spans"))
 
 #: per vocabulary, its model tokens' widths on ASCII text (None: not a tokenizer whose offsets follow bytes)
 _BYTE_WIDTHS: WeakKeyDictionary[Any, dict[int, int] | None] = WeakKeyDictionary()
