@@ -109,9 +109,7 @@ def layout(
     """Where every message landed: the ``{% generation %}`` spans of a tagged template (``spans``, when the
     encode's render tracked them, else from a render of its own), or the anchors of a marked render."""
     vocab = codec._require_tokenizer()
-    special_texts = set(vocab.special) | {t for t in codec.template.special_tokens.values() if t in vocab.added}
-    special = _alternation(frozenset(special_texts))
-    added = _alternation(frozenset(vocab.added))
+    special, added = _patterns(vocab, codec.template.special_tokens)
     chat = [m if isinstance(m, dict) else plain(m) for m in getattr(messages, "messages", messages)]
     roles = [m.get("role") if isinstance(m, dict) and isinstance(m.get("role"), str) else None for m in chat]
 
@@ -123,8 +121,11 @@ def layout(
         if spans is None:
             span_options = {k: v for k, v in options.items() if k != "continue_final_message"}
             spanned, spans = codec.template.render_spans(chat, **span_options)
-        expand = _expander(spanned, escapes)
-        generation_spans = [(expand(s), expand(e)) for s, e in spans]
+        if escapes:
+            expand = _expander(spanned, escapes)
+            generation_spans = [(expand(s), expand(e)) for s, e in spans]
+        else:
+            generation_spans = list(spans)  # no stand-in to put back: the render's positions are the text's
 
     def locate() -> tuple[list[list[tuple[int, str]]], str | None, str | None]:
         anchors: list[list[tuple[int, str]]] = [[] for _ in chat]
@@ -138,6 +139,31 @@ def layout(
         return anchors, failure, _generation_header(codec, chat, roles, options)
 
     return Layout(text, roles, generation_spans, special, added, locate)
+
+
+#: per vocabulary, per template special tokens (their texts in order): the special and the added tokens' patterns
+_PATTERNS: WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[re.Pattern[str], re.Pattern[str]]]] = WeakKeyDictionary()
+
+
+def _patterns(vocab: Any, special_tokens: dict[str, Any]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The patterns of the special tokens (the tokenizer's, and the template's it holds) and of all added tokens:
+    made once per vocabulary and template special tokens, not for every encoding (hundreds of texts for Llama 3)."""
+    texts = tuple(special_tokens.values())
+    known: dict[tuple[Any, ...], Any] | None = None
+    found = None
+    try:
+        known = _PATTERNS.setdefault(vocab, {})
+        found = known.get(texts)
+    except TypeError:  # not weakly referable, or a value that is not a text: nothing is kept
+        known = None
+    if found is None:
+        special_texts = set(vocab.special) | {t for t in texts if t in vocab.added}
+        found = (_alternation(frozenset(special_texts)), _alternation(frozenset(vocab.added)))
+        if known is not None:
+            if len(known) >= 64:
+                known.clear()
+            known[texts] = found
+    return found
 
 
 @lru_cache(maxsize=64)
