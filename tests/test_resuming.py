@@ -183,6 +183,33 @@ def test_a_render_resumes_only_from_messages_its_caller_vouches_for() -> None:
     assert vouched.resumed == 1
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% for m in messages %}[{{ m.content }}]{% endfor %}<end>",
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + m.content|length %}"
+        "{{ m.content }}={{ ns.n }};{% endfor %}{{ ns.n }}",
+    ],
+)
+def test_a_render_resumes_inside_the_output_the_last_one_copied(source: str) -> None:
+    template = ChatTemplate(source)
+    chat = [{"role": "user", "content": "x" * i} for i in range(12)]
+    template.render(chat)  # compiled on first use: later renders can resume
+    previous, seen = None, None
+    for count in range(1, 11):  # each render copies the output of all but its last iteration
+        given = chat[:count] if seen is None else seen + chat[len(seen) : count]
+        memo = Memo(previous, len(seen) if seen is not None else 0)
+        assert template.render_resuming(memo, given) == template.render(chat[:count])
+        previous, seen = memo.record, memo.messages
+    assert memo.resumed == 9 and seen is not None
+    # the chat cut back to 6 messages, then grown by others: resumed at 6 and 8, inside copied output
+    for cut in ([*seen[:6], chat[11]], [*seen[:6], chat[11], chat[1], chat[2]]):
+        memo = Memo(previous, 6 if len(cut) == 7 else 7)
+        assert template.render_resuming(memo, cut) == template.render(cut)
+        assert memo.resumed == (6 if len(cut) == 7 else 7)
+        previous = memo.record
+
+
 OPS = ("eq", "ne", "gt", "gteq", "lt", "lteq")
 COMPARE = {
     "eq": lambda a, b: a == b,

@@ -985,7 +985,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.leave_frame(loop_frame)
         if memo:
             self._memo_loop = None
-            self.writeline(f"_mq.done(len(_o), ({self._memo_state}), _b.long_parts)")
+            self.writeline(f"_mq.done(len(_o), ({self._memo_state}))")
         if loop_ref is not None:
             self._fast_loops.pop(loop_ref, None)  # `loop` after the loop is not this one's
 
@@ -1037,7 +1037,7 @@ class _FastGenerator(sandbox._CodeGenerator):
                 thresholds.append(f"({how!r}, {shift}, {read})")
         key, compared_values = "".join(f"{k}, " for k in keys), "".join(f"{t}, " for t in thresholds)
         self.writeline(f"_mq = _cc_resume(_mm, root, _m, {items}, ({key}), ({compared_values}), _o)")
-        # output copied from the last render is measured with the rest at the end if it may hold long parts
+        # output copied from the last render (one part) is measured with the rest at the end if it is long
         self.writeline("if _mq.long:")
         self.indent()
         self.writeline("_b.long_parts = True")

@@ -262,6 +262,8 @@ class ChatTemplate:
             state.spare = budget
         if memo is not None:
             memo.messages = chat
+            if memo.record is not None:
+                memo.record.text = text  # what the next render copies its loop's output from
         return text if continued is None else _cut_at_tag(text, continued)
 
     @property

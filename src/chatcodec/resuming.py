@@ -27,6 +27,7 @@ Everything before and after the loop runs as usual, so only the loop's iteration
 from __future__ import annotations
 
 import bisect
+import itertools
 import marshal
 import operator
 import sys
@@ -35,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import nodes
+
+from .limits import FAST_SIZE
 
 __all__ = ["Memo", "Plan", "Record", "Recorder", "plan", "resume"]
 
@@ -266,23 +269,21 @@ def _field_read(above: nodes.Node | None, value: nodes.Node) -> bool:
 
 @dataclass(slots=True)
 class Record:
-    """What one render kept of its resumable loop: what it iterated and saw from outside, its output
-    (``pieces``, the loop's from ``base`` on), where each iteration's output starts (``starts``, relative to
-    ``base``, and the end), the highest message index iterations ``0..i`` read (``reach``), and the state of
-    the namespaces the loop sets at the start of each iteration, and at the end (``states``)."""
+    """What one render kept of its resumable loop: what it iterated and saw from outside, the render's
+    ``text`` and where the loop's output starts in it (``at``), where each iteration's output starts
+    (``offsets``, from ``at``, and the end), the highest message index iterations ``0..i`` read (``reach``),
+    and the state of the namespaces the loop sets at the start of each iteration, and at the end
+    (``states``). Without ``text`` (the caller sets it once the render returns) nothing is resumed."""
 
     function: Any
     items: list[Any]
     key: tuple[Any, ...]
     thresholds: tuple[tuple[str, int, Any], ...]
-    pieces: list[str]
-    base: int
-    starts: list[int]
+    at: int
+    offsets: list[int]
     reach: list[int]
     states: list[tuple[Any, ...]]
-    #: whether the render's output up to the loop's end may hold a part longer than the compiled code's
-    #: short ones (its budget's ``long_parts``): output copied from it is then measured at the end
-    long: bool = True
+    text: str | None = None
 
 
 class Memo:
@@ -306,7 +307,7 @@ class Recorder:
     """The running loop's record: compiled code calls :meth:`begin` and :meth:`end` around each iteration."""
 
     __slots__ = (
-        "base", "current", "function", "items", "key", "long", "memo",
+        "base", "copied", "current", "function", "items", "key", "long", "memo", "offsets",
         "pieces", "reach", "start", "starts", "state", "states", "thresholds", "top",
     )  # fmt: skip
 
@@ -321,19 +322,24 @@ class Recorder:
         self.start = 0
         self.current = 0
         self.top = -1
-        #: the render's output, and its length where the loop starts
+        #: the render's output, and its length (in parts) where the loop starts
         self.pieces = output
         self.base = len(output)
+        #: where each iteration this render runs starts in ``pieces``
         self.starts: list[int] = []
+        #: where each iteration starts in the loop's text: those copied from the last render, then the others
+        self.offsets: list[int] = []
+        #: the characters copied from the last render (one part of ``pieces``)
+        self.copied = 0
         self.reach: list[int] = []
         self.states: list[tuple[Any, ...]] = []
         #: the namespaces' state the loop goes on from (None: as they are)
         self.state: tuple[Any, ...] | None = None
-        #: whether the output copied from the last render may hold long parts
+        #: whether the copied output is longer than the compiled code's short parts (then measured at the end)
         self.long = False
 
     def begin(self, index: int, at: int, state: tuple[Any, ...] = ()) -> None:
-        self.starts.append(at - self.base)
+        self.starts.append(at)
         self.current = index
         if state:
             self.states.append(state)
@@ -356,13 +362,20 @@ class Recorder:
             self.top = self.current
         self.reach.append(self.top)
 
-    def done(self, at: int, state: tuple[Any, ...] = (), long: bool = True) -> None:
-        self.starts.append(at - self.base)
+    def done(self, at: int, state: tuple[Any, ...] = ()) -> None:
+        """The loop ended with ``at`` parts in the output: the record, with the offsets of the iterations this
+        render ran measured from their parts' sizes."""
+        starts = self.starts
+        starts.append(at)
         if state:
             self.states.append(state)
+        pieces = self.pieces
+        first = starts[0]
+        sizes = list(itertools.accumulate(map(len, pieces[first:at]), initial=self.copied))
+        self.offsets += [sizes[start - first] for start in starts]
         self.memo.record = Record(
-            self.function, self.items, self.key, self.thresholds, self.pieces, self.base, self.starts, self.reach,
-            self.states, long,
+            self.function, self.items, self.key, self.thresholds, sum(map(len, pieces[: self.base])),
+            self.offsets, self.reach, self.states,
         )  # fmt: skip
 
 
@@ -375,11 +388,12 @@ def resume(
     thresholds: tuple[tuple[str, int, Any], ...],
     output: list[str],
 ) -> Recorder:
-    """At the loop's start: a recorder, with the iterations that need not run again copied to ``output`` and
-    :attr:`Recorder.start` the first one to run."""
+    """At the loop's start: a recorder, with the output of the iterations that need not run again copied to
+    ``output`` (one part, cut from the previous render's text) and :attr:`Recorder.start` the first one to
+    run."""
     recorder = Recorder(memo, function, items, key, thresholds, output)
     previous = memo.previous
-    if previous is None or previous.function is not function or type(items) is not list:
+    if previous is None or previous.text is None or previous.function is not function or type(items) is not list:
         return recorder
     start = _agreeing(previous, messages, items, memo.trusted)
     if start and not _same(previous.key, key):
@@ -388,16 +402,17 @@ def resume(
         if start:
             start = min(start, _first_disagreement(op, shift, before, value))
     if start:
-        begin, end = previous.base, previous.base + previous.starts[start]
-        output.extend(previous.pieces[begin:end])
-        recorder.starts = previous.starts[:start]
+        copied = previous.text[previous.at : previous.at + previous.offsets[start]]
+        output.append(copied)
+        recorder.copied = len(copied)
+        recorder.long = len(copied) > FAST_SIZE
+        recorder.offsets = previous.offsets[:start]
         recorder.reach = previous.reach[:start]
         if previous.states:
             recorder.states = previous.states[:start]
             recorder.state = previous.states[start]
         recorder.top = previous.reach[start - 1]
         recorder.start = memo.resumed = start
-        recorder.long = previous.long
     return recorder
 
 

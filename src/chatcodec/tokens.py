@@ -517,8 +517,8 @@ class Codec:
         size += 2 * len(tokens.rendered) + 12 * len(tokens.ids) + 100 * len(tokens.runs)
         table = dict(shield.table) if shield is not None else {}
         if memo is not None and memo.record is not None and memo.messages is not None:
-            # the copies and the messages seen hold about the text of the prompt each, the record its parts
-            size += 8 * (len(memo.record.pieces) + 3 * len(memo.record.starts)) + 4 * len(tokens.rendered)
+            # the copies and the messages seen hold about the text of the prompt each, the record its offsets
+            size += 24 * len(memo.record.offsets) + 4 * len(tokens.rendered)
         entry = Entry(slots[0], policy, copies, hit, table, tokens, size, swapped)
         entry.swapped_chars = swapped_chars
         if memo is not None and memo.record is not None and memo.messages is not None and copies is not None:
