@@ -273,27 +273,42 @@ class ChatTemplate:
         fast = self._fast
         return fast is not None and bool(fast.resumable)
 
-    def render_resuming(self, memo: Any, messages: Sequence[Any], **options: Any) -> str:
+    def render_resuming(
+        self,
+        memo: Any,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        now: datetime | None = None,
+        chat_template: str | None = None,
+        polyfill: polyfills.Polyfill = False,
+        **template_kwargs: Any,
+    ) -> str:
         """:meth:`render`, resuming the render ``memo`` holds (:mod:`chatcodec.resuming`) when the short way
         applies; else a plain render, and no record in the memo."""
         fast = self._fast
-        if fast is None or options.get("polyfill", False) is not False or options.get("chat_template") is not None:
-            memo.record = None
-            return self.render(messages, **options)
-        options.pop("polyfill", None)
-        options.pop("chat_template", None)
-        tools, documents = options.pop("tools", None), options.pop("documents", None)
-        generation = options.pop("add_generation_prompt", False)
-        continued = options.pop("continue_final_message", False)
-        now = options.pop("now", None)
-        common = messages.__class__ is list and messages and (now is None or now.__class__ is datetime)
-        if continued or not common or self.limits.isolate:
+        if (
+            fast is None
+            or polyfill is not False
+            or chat_template is not None
+            or continue_final_message
+            or messages.__class__ is not list
+            or not messages
+            or (now is not None and now.__class__ is not datetime)
+            or self.limits.isolate
+        ):
             memo.record = None
             return self.render(
-                messages, tools=tools, documents=documents, add_generation_prompt=generation,
-                continue_final_message=continued, now=now, **options,
+                messages, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, now=now, chat_template=chat_template,
+                polyfill=polyfill, **template_kwargs,
             )  # fmt: skip
-        return self._render_compiled(fast, messages, tools, documents, generation, continued, now, options, memo)
+        return self._render_compiled(
+            fast, messages, tools, documents, add_generation_prompt, False, now, template_kwargs, memo
+        )
 
     def _label(self, key: str) -> str | None:
         if key == "default":
