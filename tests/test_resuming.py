@@ -90,7 +90,21 @@ def test_the_qwen3_and_llama_templates_resume_their_loop() -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "{% macro f(m) %}{{ m.content }}{% endmacro %}{% for m in messages %}{{ f(m) }}{% endfor %}",
+        # macros that could tell: they serialize the message, read the messages, set a namespace they were
+        # given, call back, call an unknown function; a message passed by keyword; a name also set otherwise
+        "{% macro f(m) %}{{ m | tojson }}{% endmacro %}{% for m in messages %}{{ f(m) }}{% endfor %}",
+        "{% macro f(c) %}{{ messages | length }}{{ c }}{% endmacro %}"
+        "{% for m in messages %}{{ f(m.content) }}{% endfor %}",
+        "{% set n = namespace(k=0) %}{% macro f(o, c) %}{% set o.k = o.k + 1 %}{{ c }}{% endmacro %}"
+        "{% for m in messages %}{{ f(n, m.content) }}{% endfor %}",
+        "{% macro f(c) %}{{ caller() if caller }}{{ c }}{% endmacro %}"
+        "{% for m in messages %}{{ f(m.content) }}{% endfor %}",
+        "{% macro f(c) %}{{ strftime_now('%H') }}{{ c }}{% endmacro %}"
+        "{% for m in messages %}{{ f(m.content) }}{% endfor %}",
+        "{% macro f(m) %}{{ m.content }}{% endmacro %}{% for m in messages %}{{ f(m=m) }}{% endfor %}",
+        "{% macro f(m) %}{{ m.content }}{% endmacro %}{% set f = 1 %}{% for m in messages %}{{ f(m) }}{% endfor %}",
+        "{% macro g(c) %}{{ messages[0].content }}{% endmacro %}{% macro f(c) %}{{ g(c) }}{% endmacro %}"
+        "{% for m in messages %}{{ f(m.content) }}{% endfor %}",
         "{% for m in messages %}{{ m | tojson }}{% endfor %}",
         "{% for m in messages %}{{ m.items() | list }}{% endfor %}",
         "{% for m in messages %}{{ messages | last }}{% endfor %}",
@@ -123,6 +137,12 @@ def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) ->
         "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ n }}{% endfor %}",
         "{% set ns = namespace(k=messages|length) %}{% for m in messages %}{{ loop.index < ns.k }}{% endfor %}",
         "{% set rest = messages[1:] %}{% for m in rest %}{{ m.content }}{{ loop.index0 }}{% endfor %}",
+        # macros: given the message (read by field) or a field, reading names from outside, calling each other,
+        # setting a namespace from outside (put back where the render resumes)
+        "{% macro f(m) %}{{ m.role }}:{{ m['content'] }}{% endmacro %}{% for m in messages %}{{ f(m) }}{% endfor %}",
+        "{% set ns = namespace(n=0) %}{% macro g(c) %}{% set ns.n = ns.n + c|length %}{% endmacro %}"
+        "{% macro f(c, sep='|') %}{{ g(c) }}{{ c }}{{ sep }}{{ ns.n }}{% endmacro %}"
+        "{% for m in messages %}{{ f(m.content) }}{% endfor %}{{ ns.n }}",
         # namespaces the loop sets: put back as they were where the render resumes
         "{% set ns = namespace(n=0, seen='') %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
         "{% if m.content == 'm3' %}{% set ns.seen = ns.seen + m.content %}{% endif %}{{ ns.n }}{{ ns.seen }}"
@@ -169,6 +189,22 @@ def test_a_loop_in_an_if_resumes_when_the_last_render_ran_it(source: str, step: 
             seen = None  # the render did not run the resumable loop: nothing to resume from
     alternating = "is even" in source and step == 1  # each render ran the other loop than the last one
     assert (resumed == 0) if alternating else (resumed > 0), (source, step)
+
+
+def test_a_macro_that_reads_a_name_from_outside_resumes_only_while_it_is_the_same() -> None:
+    template = ChatTemplate(
+        "{% macro f(c) %}{{ prefix }}{{ c }}{% endmacro %}{% for m in messages %}{{ f(m.content) }};{% endfor %}"
+    )
+    chat = [{"role": "user", "content": f"m{i}"} for i in range(4)]
+    template.render(chat, prefix="")  # compiled on first use: later renders can resume
+    memo = Memo()
+    template.render_resuming(memo, chat[:3], prefix="a:")
+    same = Memo(memo.record, 3)
+    assert template.render_resuming(same, chat, prefix="a:") == "a:m0;a:m1;a:m2;a:m3;"
+    assert same.resumed == 3
+    other = Memo(memo.record, 3)
+    assert template.render_resuming(other, chat, prefix="b:") == "b:m0;b:m1;b:m2;b:m3;"
+    assert other.resumed == 0
 
 
 def test_a_render_resumes_only_from_messages_its_caller_vouches_for() -> None:
@@ -367,15 +403,12 @@ def test_a_changed_history_is_encoded_as_it_is_now(folder: Path, edit: Any) -> N
 
 
 def test_a_template_that_cannot_resume_copies_each_message_once(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Growing encodes with a template whose loop calls a macro: no render to resume, so no copy of the whole
-    conversation for one (each message is copied once, when it is new)."""
+    """Growing encodes with a template whose loop has a macro serialize each message: no render to resume, so
+    no copy of the whole conversation for one (each message is copied once, when it is new)."""
     copies: list[Any] = []
     original = tokens.copy_of
     monkeypatch.setattr(tokens, "copy_of", lambda value: copies.append(value) or original(value))
-    source = (
-        "{% macro line(m) %}{{ m.role }}: {{ m.content }}\n{% endmacro %}"
-        "{% for m in messages %}{{ line(m) }}{% endfor %}"
-    )
+    source = "{% macro line(m) %}{{ m | tojson }}\n{% endmacro %}{% for m in messages %}{{ line(m) }}{% endfor %}"
     codec = tokens.load(folder).with_template(ChatTemplate(source))
     full = chat(10)
     for count in range(1, len(full) + 1):

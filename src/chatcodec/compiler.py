@@ -1024,7 +1024,8 @@ class _FastGenerator(sandbox._CodeGenerator):
         target = node.target.name  # type: ignore[attr-defined]
         compared = {n: [a for m, a in plan.thresholds if m == n and a is not None] for n, _ in plan.thresholds}
         keys, thresholds = [], []
-        for name in resuming.names(node.body, {target, plan.items, "loop"}):
+        seen = [*resuming.names(node.body, {target, plan.items, "loop", *plan.macros}), *plan.reads]
+        for name in dict.fromkeys(seen):
             outside = self._outside_value(name, loop_frame)
             if outside is None:
                 continue

@@ -7,9 +7,12 @@ compiled template (:mod:`chatcodec.compiler`) skip them, and is exact by constru
 
 * **What a loop body can see** is fixed from the template's syntax tree (:func:`plan`): the message of the
   iteration (only its fields, read by constant keys), other messages by index, the loop's counters, and
-  names from outside the loop, and the namespaces it sets attributes of. A body that calls a macro or an
-  unknown function, uses ``break``/``continue``, or reads the messages or a message in any other way
-  (iterated, serialized, measured) has no plan: it is always rendered in full.
+  names from outside the loop, and the namespaces it sets attributes of. It may call the template's macros
+  that see no more: given the message (read field by field there too) or values from it, reading names
+  from outside, setting attributes of namespaces from outside. A body that calls an unknown function (or
+  a macro that does, or calls back, or reads the messages), uses ``break``/``continue``, or reads the
+  messages or a message in any other way (iterated, serialized, measured) has no plan: it is always
+  rendered in full.
 * **What each iteration read** is recorded as it runs: the highest message index it read, through
   ``messages[i]``, ``loop.nextitem`` or ``loop.last`` (which asks whether a next message exists); a read
   from the end (``messages[-1]``), past it, or of ``loop.length`` counts as reading every message.
@@ -74,6 +77,10 @@ class Plan:
     #: each comparison of the counter with a threshold: ``(op, shift, name, attribute)``, meaning
     #: ``index0 + shift <op> name.attribute`` (or ``name``)
     comparisons: tuple[tuple[str, int, str, str | None], ...] = ()
+    #: the template's macros the body calls (a new function at every render: not part of what it sees), and
+    #: the names from outside that they read
+    macros: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
 
 
 def plan(template: nodes.Template) -> Plan | None:
@@ -85,13 +92,17 @@ def plan(template: nodes.Template) -> Plan | None:
     for node in top:
         if isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name):
             value = node.node
-            if isinstance(value, nodes.Getitem) and isinstance(value.arg, nodes.Slice):
+            # `messages[1:]`: the messages from some point on (a resumed render finds them at the end)
+            if isinstance(value, nodes.Getitem) and _from_on(value.arg):
                 value = value.node
             if isinstance(value, nodes.Name) and value.name in lists:
                 lists.add(node.target.name)
             else:
                 others.add(node.target.name)
     lists -= others
+    # the macros defined at the top, under names nothing else sets
+    assigned = {n.name for n in template.find_all(nodes.Name) if n.ctx in ("store", "param")}
+    macros = {n.name: n for n in template.body if isinstance(n, nodes.Macro) and n.name not in assigned}
     for node in top:
         if not isinstance(node, nodes.For):
             continue
@@ -99,10 +110,14 @@ def plan(template: nodes.Template) -> Plan | None:
         if isinstance(iterable, nodes.Filter) and iterable.name == "_cc_counted":  # the sandbox's counting
             iterable = iterable.node  # type: ignore[assignment]
         if isinstance(iterable, nodes.Name) and iterable.name in lists:
-            if not _messages_read_by_field(template, lists):
+            if not _messages_read_by_field(template, lists, macros):
                 return None
-            return _check(node, iterable.name)
+            return _check(node, iterable.name, macros, lists)
     return None
+
+
+def _from_on(arg: nodes.Node) -> bool:
+    return isinstance(arg, nodes.Slice) and arg.stop is None and arg.step is None
 
 
 def _top_level(body: Sequence[nodes.Node]) -> Iterator[nodes.Node]:
@@ -117,7 +132,7 @@ def _top_level(body: Sequence[nodes.Node]) -> Iterator[nodes.Node]:
             yield from _top_level(node.else_)
 
 
-def _messages_read_by_field(template: nodes.Template, lists: set[str]) -> bool:
+def _messages_read_by_field(template: nodes.Template, lists: set[str], macros: dict[str, nodes.Macro]) -> bool:
     """Whether the template reads messages only field by field, wherever it reads them: the lists of
     messages (``lists``) indexed, sliced, measured or looped over, and each message only by its fields.
 
@@ -159,7 +174,8 @@ def _messages_read_by_field(template: nodes.Template, lists: set[str]) -> bool:
         for top in loop.body:
             for node in [top, *top.find_all(nodes.Name)]:
                 is_target = isinstance(node, nodes.Name) and node.name == target and node.ctx == "load"
-                if is_target and not _field_read(parents.get(id(node)), node):
+                above = parents.get(id(node))
+                if is_target and not _field_read(above, node) and not _passed_whole(above, node, macros):
                     return False
     return True
 
@@ -171,7 +187,7 @@ def _truth_read(above: nodes.Node | None, name: nodes.Node) -> bool:
     return isinstance(above, nodes.Not) and above.node is name
 
 
-def _check(loop: nodes.For, items: str) -> Plan | None:
+def _check(loop: nodes.For, items: str, macros: dict[str, nodes.Macro], lists: set[str]) -> Plan | None:
     if loop.else_ or loop.test is not None or loop.recursive or not isinstance(loop.target, nodes.Name):
         return None
     target = loop.target.name
@@ -185,11 +201,14 @@ def _check(loop: nodes.For, items: str) -> Plan | None:
         return None
     inner = {id(n) for f in everything if isinstance(f, nodes.For) for top in f.body for n in top.find_all(nodes.Node)}
     compared: dict[int, tuple[str, int, nodes.Expr]] = {}  # id of an outside value -> (how, shift, it)
+    called: list[str] = []
     for node in everything:
         if isinstance(node, _REFUSED) or (isinstance(node, nodes.Filter) and node.name == "random"):
             return None
         if isinstance(node, nodes.Call) and not _pure_call(node):
-            return None
+            if _macro_call(node, macros) is None:
+                return None
+            called.append(node.node.name)  # type: ignore[attr-defined]
         if isinstance(node, nodes.Compare) and id(node) not in inner and len(node.ops) == 1:
             left, right, op = node.expr, node.ops[0].expr, node.ops[0].op
             for counter, other, how in ((left, right, op), (right, left, _FLIPPED.get(op))):
@@ -202,7 +221,7 @@ def _check(loop: nodes.For, items: str) -> Plan | None:
         if not (isinstance(node, nodes.Name) and node.ctx == "load"):
             continue
         above = parents.get(id(node))
-        if node.name == target and not _field_read(above, node):
+        if node.name == target and not _field_read(above, node) and not _passed_whole(above, node, macros):
             return None
         if node.name == items and not (
             isinstance(above, nodes.Getitem) and above.node is node and _field_read(parents.get(id(above)), above)
@@ -213,7 +232,15 @@ def _check(loop: nodes.For, items: str) -> Plan | None:
         if isinstance(above, nodes.Getattr) and above.node is node:
             uses.setdefault((node.name, above.attr), []).append(id(above) in compared)
         uses.setdefault((node.name, None), []).append(id(node) in compared)
-    written = tuple(sorted({n.name for n in everything if isinstance(n, nodes.NSRef)}))
+    seen_by_macros = _macro_reads(called, macros)
+    if seen_by_macros is None:
+        return None
+    reads, macro_written = seen_by_macros
+    if not reads.isdisjoint({target, items, "loop", *lists, *stored}):
+        return None  # a macro that reads the messages, or a name the body sets: it is not resumed
+    for name in reads:
+        uses.setdefault((name, None), []).append(False)
+    written = tuple(sorted({n.name for n in everything if isinstance(n, nodes.NSRef)} | macro_written))
     if target in written or items in written:
         return None
     thresholds: list[tuple[str, str | None]] = []
@@ -230,7 +257,76 @@ def _check(loop: nodes.For, items: str) -> Plan | None:
             name, attribute = other.node.name, other.attr  # type: ignore[attr-defined]
         if (name, attribute) in thresholds:
             comparisons.append((how, shift, name, attribute))
-    return Plan(loop, items, tuple(thresholds), written, tuple(comparisons))
+    return Plan(
+        loop, items, tuple(thresholds), written, tuple(comparisons), tuple(dict.fromkeys(called)), tuple(sorted(reads))
+    )
+
+
+def _macro_call(call: nodes.Call, macros: dict[str, nodes.Macro]) -> nodes.Macro | None:
+    """The template's macro ``call`` calls, with plain arguments (no ``*args``, ``**kwargs``)."""
+    function = call.node
+    if not isinstance(function, nodes.Name) or call.dyn_args is not None or call.dyn_kwargs is not None:
+        return None
+    return macros.get(function.name)
+
+
+def _macro_reads(called: Sequence[str], macros: dict[str, nodes.Macro]) -> tuple[set[str], set[str]] | None:
+    """What the macros ``called`` (and the macros they call) read from outside them, and the namespaces from
+    outside they set attributes of; None if one of them may do anything else: call an unknown function or
+    ``caller``, define or import anything, or set an attribute of a namespace it was given.
+
+    A macro is called with the values its call passes (checked with the loop body) and sees the rest of the
+    render through the names it reads: with those names, it writes the same output every time.
+    """
+    reads: set[str] = set()
+    written: set[str] = set()
+    pending, done = list(called), set()
+    while pending:
+        name = pending.pop()
+        if name in done:
+            continue
+        done.add(name)
+        macro = macros[name]
+        body = [*macro.defaults, *macro.body]
+        everything = [n for top in body for n in [top, *top.find_all(nodes.Node)]]
+        local = {n.name for n in [*macro.args, *everything] if isinstance(n, nodes.Name) and n.ctx != "load"}
+        local |= {"loop", "varargs", "kwargs"}
+        for node in everything:
+            if isinstance(node, _REFUSED) or (isinstance(node, nodes.Filter) and node.name == "random"):
+                return None
+            if isinstance(node, nodes.Call) and not _pure_call(node):
+                inner = _macro_call(node, macros)
+                if inner is None:
+                    return None
+                pending.append(inner.name)
+            elif isinstance(node, nodes.NSRef):
+                if node.name in local:
+                    return None  # a namespace it was given: whose, the plan cannot tell
+                written.add(node.name)
+            elif isinstance(node, nodes.Name) and node.ctx == "load" and node.name not in local:
+                if node.name == "caller":
+                    return None
+                if node.name not in macros:
+                    reads.add(node.name)
+    return reads, written
+
+
+def _passed_whole(above: nodes.Node | None, value: nodes.Node, macros: dict[str, nodes.Macro]) -> bool:
+    """Whether ``above`` passes ``value`` (a message) to a macro of the template, as a positional argument
+    that the macro reads only field by field."""
+    macro = _macro_call(above, macros) if isinstance(above, nodes.Call) else None
+    if macro is None:
+        return False
+    position = next((i for i, argument in enumerate(above.args) if argument is value), len(macro.args))  # type: ignore[union-attr]
+    if position >= len(macro.args):
+        return False
+    param = macro.args[position].name
+    parents = {id(child): parent for parent in macro.find_all(nodes.Node) for child in parent.iter_child_nodes()}
+    return all(
+        _field_read(parents.get(id(node)), node)
+        for node in macro.find_all(nodes.Name)
+        if node.name == param and node.ctx == "load"
+    )
 
 
 def _pure_call(call: nodes.Call) -> bool:
