@@ -46,6 +46,7 @@ __all__ = ["Layout", "assistant_mask", "has_generation_tags", "layout", "message
 
 _MARK_FIRST, _MARK_LAST = 0xF0000, 0xFFFFD
 _MARK_RANGE = re.compile("[\U000f0000-\U000ffffd]")
+_MARK_SPLIT = re.compile("([\U000f0000-\U000ffffd])")
 _GENERATION_TAG = re.compile(r"{%-?\s*generation\s*-?%}")
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
@@ -191,7 +192,7 @@ def _anchors(
     only_assistant: bool,
 ) -> list[list[tuple[int, str]]] | str:
     """Each message's anchors, or the reason the marked render could not be used."""
-    reserved = set(_MARK_RANGE.findall(rendered))
+    reserved = set() if rendered.isascii() else set(_MARK_RANGE.findall(rendered))
     marker = _Marker(reserved)
     marked = []
     for index, message in enumerate(chat):
@@ -251,19 +252,19 @@ def _anchors_scan(
 def _anchors_in(
     output: str, leaves: dict[str, tuple[int, str]], escapes: dict[str, str], text: str, count: int
 ) -> list[list[tuple[int, str]]] | str:
-    """:func:`_anchors_scan`, when every stand-in stands for one character: a marker's place in the text is its
-    place in the render less the markers before it, and the text check is one deletion of the markers (C
-    passes, not a Python step per marker and stand-in). A character of the markers' range that is not a
-    marker (the prompt held it) goes to the scan."""
+    """:func:`_anchors_scan`, when every stand-in stands for one character: the render is split at the markers,
+    a marker's place in the text is the length of the pieces before it, and the text checked is the pieces
+    joined (C passes, not a Python step per marker and stand-in). A character of the markers' range that is
+    not a marker (the prompt held it) goes to the scan."""
+    parts = _MARK_SPLIT.split(output)  # text, marker, text, marker, ..., text
+    found: list[tuple[int, str]] = list(map(leaves.get, parts[1::2]))  # type: ignore[arg-type]
+    if None in found:  # a character of the range that is no marker
+        return _anchors_scan(output, leaves, escapes, text, count)
+    pieces = parts[0::2]
     anchors: list[list[tuple[int, str]]] = [[] for _ in range(count)]
-    removed = 0
-    for match in _MARK_RANGE.finditer(output):
-        leaf = leaves.get(match.group())
-        if leaf is None:
-            return _anchors_scan(output, leaves, escapes, text, count)
-        anchors[leaf[0]].append((match.start() - removed, leaf[1]))
-        removed += 1
-    stripped = _MARK_RANGE.sub("", output) if removed else output
+    for (index, kind), place in zip(found, accumulate(map(len, pieces)), strict=False):  # one piece more
+        anchors[index].append((place, kind))
+    stripped = "".join(pieces) if found else output
     for stand_in, char in escapes.items():
         stripped = stripped.replace(stand_in, char)
     if stripped != text:
@@ -284,8 +285,12 @@ class _Marker:
             core = value.strip()
             if not core:
                 return value
+            opening = self._char(index, kind)
+            closing = self._char(index, kind)
+            if core is value:  # nothing to strip (most text): one concatenation
+                return f"{opening}{core}{closing}"
             at = value.index(core)
-            return value[:at] + self._char(index, kind) + core + self._char(index, kind) + value[at + len(core) :]
+            return value[:at] + opening + core + closing + value[at + len(core) :]
         if isinstance(value, list):
             return [
                 {**part, "text": self.wrap(part["text"], index, kind)}
@@ -296,8 +301,9 @@ class _Marker:
         return value
 
     def _char(self, index: int, kind: str) -> str:
-        while self._next <= _MARK_LAST and chr(self._next) in self.reserved:
-            self._next += 1
+        if self.reserved:
+            while self._next <= _MARK_LAST and chr(self._next) in self.reserved:
+                self._next += 1
         if self._next > _MARK_LAST:
             raise MaskError("The conversation has more content strings than chatcodec can mark.")
         char = chr(self._next)
