@@ -74,7 +74,8 @@ class Layout:
 
     @property
     def anchors(self) -> list[list[tuple[int, str]]]:
-        """Per message, ``(position, kind)`` of each surviving marker; kind is content, reasoning or tool_call."""
+        """Per message, ``(position, kind)`` of each surviving marker, in the order of the text (so a message's
+        first anchor is its leftmost and its last the rightmost); kind is content, reasoning or tool_call."""
         return self._located[0]
 
     @property
@@ -88,8 +89,8 @@ class Layout:
         return self._located[2]
 
     @cached_property
-    def header_cuts(self) -> list[int]:
-        return _header_cuts(self.header, self.added) if self.header else []
+    def header_cuts(self) -> tuple[int, ...]:
+        return _header_cuts(self.header, self.added) if self.header else ()
 
     @cached_property
     def header_opens(self) -> bool:
@@ -358,12 +359,14 @@ def _generation_header(codec: Codec, chat: list[Any], roles: list[str | None], o
     return with_prompt[common_prefix(without, with_prompt) :]
 
 
-def _header_cuts(header: str, added: re.Pattern[str]) -> list[int]:
-    """Lengths of the header's prefixes worth looking for, longest first: whole lines and control tokens."""
+@lru_cache(maxsize=64)
+def _header_cuts(header: str, added: re.Pattern[str]) -> tuple[int, ...]:
+    """Lengths of the header's prefixes worth looking for, longest first: whole lines and control tokens (the
+    same header for every conversation of a template, mostly: worked out once)."""
     cuts = {len(header)}
     cuts.update(i + 1 for i, char in enumerate(header) if char == "\n")
     cuts.update(m.end() for m in added.finditer(header))
-    return sorted((c for c in cuts if header[:c].strip()), reverse=True)
+    return tuple(sorted((c for c in cuts if header[:c].strip()), reverse=True))
 
 
 def _find_header(layout: Layout, glue: str) -> tuple[int, int] | None:
@@ -398,10 +401,9 @@ def assistant_regions(layout: Layout, *, reasoning: bool, end_of_turn: bool) -> 
     for rank, index in enumerate(anchored):
         if layout.roles[index] != "assistant":
             continue
-        first = min(p for p, _ in anchors[index])
-        last = max(p for p, _ in anchors[index])
-        before = max(p for p, _ in anchors[anchored[rank - 1]]) if rank else 0
-        after = min(p for p, _ in anchors[anchored[rank + 1]]) if rank + 1 < len(anchored) else len(text)
+        first, last = anchors[index][0][0], anchors[index][-1][0]  # anchors are in the order of the text
+        before = anchors[anchored[rank - 1]][-1][0] if rank else 0
+        after = anchors[anchored[rank + 1]][0][0] if rank + 1 < len(anchored) else len(text)
         header = _find_header(layout, text[before:first])
         start = before + header[1] if header else first
         if not header and rank and _continues(layout, anchored[rank - 1], text[before:first]):
