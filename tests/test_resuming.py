@@ -93,6 +93,8 @@ def test_the_qwen3_and_llama_templates_resume_their_loop() -> None:
         # macros that could tell: they serialize the message, read the messages, set a namespace they were
         # given, call back, call an unknown function; a message passed by keyword; a name also set otherwise
         "{% macro f(m) %}{{ m | tojson }}{% endmacro %}{% for m in messages %}{{ f(m) }}{% endfor %}",
+        # the messages after this one, measured rather than looped over
+        "{% for m in messages %}{{ m.content }}{{ messages[loop.index:] | length }}{% endfor %}",
         "{% macro f(c) %}{{ messages | length }}{{ c }}{% endmacro %}"
         "{% for m in messages %}{{ f(m.content) }}{% endfor %}",
         "{% set n = namespace(k=0) %}{% macro f(o, c) %}{% set o.k = o.k + 1 %}{{ c }}{% endmacro %}"
@@ -137,6 +139,9 @@ def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) ->
         "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ n }}{% endfor %}",
         "{% set ns = namespace(k=messages|length) %}{% for m in messages %}{{ loop.index < ns.k }}{% endfor %}",
         "{% set rest = messages[1:] %}{% for m in rest %}{{ m.content }}{{ loop.index0 }}{% endfor %}",
+        # the messages after this one, looped over (gpt-oss): as if reading every one
+        "{% for m in messages %}{{ m.content }}{% if m.content == 'm2' %}{% for later in messages[loop.index:] %}"
+        "{{ later.content }}{% endfor %}{% endif %};{% endfor %}",
         # macros: given the message (read by field) or a field, reading names from outside, calling each other,
         # setting a namespace from outside (put back where the render resumes)
         "{% macro f(m) %}{{ m.role }}:{{ m['content'] }}{% endmacro %}{% for m in messages %}{{ f(m) }}{% endfor %}",

@@ -1199,6 +1199,13 @@ class _FastGenerator(sandbox._CodeGenerator):
     def visit_Getitem(self, node: nodes.Getitem, frame: Frame) -> None:
         target = node.node
         if self._memo_items is not None and isinstance(target, nodes.Name) and target.name == self._memo_items:
+            if isinstance(node.arg, nodes.Slice):  # the messages from an index on: as if reading every one
+                self.write("(_mq.everything() and ")
+                self._memo_items, memo = None, self._memo_items
+                self.visit_Getitem(node, frame)
+                self._memo_items = memo
+                self.write(")")
+                return
             self.write("_cc_memo_item(_mq, ")  # another message, read by index: recorded (chatcodec.resuming)
             self.visit(target, frame)
             self.write(", ")

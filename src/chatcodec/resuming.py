@@ -224,7 +224,9 @@ def _check(loop: nodes.For, items: str, macros: dict[str, nodes.Macro], lists: s
         if node.name == target and not _field_read(above, node) and not _passed_whole(above, node, macros):
             return None
         if node.name == items and not (
-            isinstance(above, nodes.Getitem) and above.node is node and _field_read(parents.get(id(above)), above)
+            isinstance(above, nodes.Getitem)
+            and above.node is node
+            and (_field_read(parents.get(id(above)), above) or _looped_over_from(above, parents))
         ):
             return None
         if node.name in (target, items, "loop") or node.name in stored:
@@ -309,6 +311,17 @@ def _macro_reads(called: Sequence[str], macros: dict[str, nodes.Macro]) -> tuple
                 if node.name not in macros:
                     reads.add(node.name)
     return reads, written
+
+
+def _looped_over_from(cut: nodes.Getitem, parents: dict[int, nodes.Node]) -> bool:
+    """Whether ``cut`` is a slice of the messages that an inner loop iterates (``for later in
+    messages[loop.index:]``): reading it counts as reading every message, and the template reads the inner
+    loop's messages field by field (checked with the whole template)."""
+    iterated: nodes.Node = cut
+    above = parents.get(id(cut))
+    if isinstance(above, nodes.Filter) and above.name == "_cc_counted":  # the sandbox's counting
+        iterated, above = above, parents.get(id(above))
+    return isinstance(cut.arg, nodes.Slice) and isinstance(above, nodes.For) and above.iter is iterated
 
 
 def _passed_whole(above: nodes.Node | None, value: nodes.Node, macros: dict[str, nodes.Macro]) -> bool:
