@@ -107,6 +107,9 @@ def test_the_qwen3_and_llama_templates_resume_their_loop() -> None:
         "{% macro f(m) %}{{ m.content }}{% endmacro %}{% set f = 1 %}{% for m in messages %}{{ f(m) }}{% endfor %}",
         "{% macro g(c) %}{{ messages[0].content }}{% endmacro %}{% macro f(c) %}{{ g(c) }}{% endmacro %}"
         "{% for m in messages %}{{ f(m.content) }}{% endfor %}",
+        # a macro defined twice: which one the loop calls depends on where
+        "{% macro f(c) %}A{{ c }}{% endmacro %}{% for m in messages %}{{ f(m.content) }}{% endfor %}"
+        "{% macro f(c) %}B{{ c }}{% endmacro %}",
         "{% for m in messages %}{{ m | tojson }}{% endfor %}",
         "{% for m in messages %}{{ m.items() | list }}{% endfor %}",
         "{% for m in messages %}{{ messages | last }}{% endfor %}",
@@ -196,10 +199,17 @@ def test_a_loop_in_an_if_resumes_when_the_last_render_ran_it(source: str, step: 
     assert (resumed == 0) if alternating else (resumed > 0), (source, step)
 
 
-def test_a_macro_that_reads_a_name_from_outside_resumes_only_while_it_is_the_same() -> None:
-    template = ChatTemplate(
-        "{% macro f(c) %}{{ prefix }}{{ c }}{% endmacro %}{% for m in messages %}{{ f(m.content) }};{% endfor %}"
-    )
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% macro f(c) %}{{ prefix }}{{ c }}{% endmacro %}{% for m in messages %}{{ f(m.content) }};{% endfor %}",
+        # read from outside before the macro sets a name of its own
+        "{% macro f(c) %}{{ prefix }}{% set prefix = c %}{{ prefix }}{% endmacro %}"
+        "{% for m in messages %}{{ f(m.content) }};{% endfor %}",
+    ],
+)
+def test_a_macro_that_reads_a_name_from_outside_resumes_only_while_it_is_the_same(source: str) -> None:
+    template = ChatTemplate(source)
     chat = [{"role": "user", "content": f"m{i}"} for i in range(4)]
     template.render(chat, prefix="")  # compiled on first use: later renders can resume
     memo = Memo()

@@ -34,6 +34,7 @@ import itertools
 import marshal
 import operator
 import sys
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -100,9 +101,11 @@ def plan(template: nodes.Template) -> Plan | None:
             else:
                 others.add(node.target.name)
     lists -= others
-    # the macros defined at the top, under names nothing else sets
+    # the macros defined once, at the top, under names nothing else sets
     assigned = {n.name for n in template.find_all(nodes.Name) if n.ctx in ("store", "param")}
-    macros = {n.name: n for n in template.body if isinstance(n, nodes.Macro) and n.name not in assigned}
+    defined = [n for n in template.body if isinstance(n, nodes.Macro)]
+    once = {name for name, count in Counter(n.name for n in defined).items() if count == 1}
+    macros = {n.name: n for n in defined if n.name in once and n.name not in assigned}
     for node in top:
         if not isinstance(node, nodes.For):
             continue
@@ -291,8 +294,8 @@ def _macro_reads(called: Sequence[str], macros: dict[str, nodes.Macro]) -> tuple
         macro = macros[name]
         body = [*macro.defaults, *macro.body]
         everything = [n for top in body for n in [top, *top.find_all(nodes.Node)]]
-        local = {n.name for n in [*macro.args, *everything] if isinstance(n, nodes.Name) and n.ctx != "load"}
-        local |= {"loop", "varargs", "kwargs"}
+        params = {argument.name for argument in macro.args} | {"loop", "varargs", "kwargs"}  # `loop`: its own
+        stored = {n.name for n in everything if isinstance(n, nodes.Name) and n.ctx == "store"}
         for node in everything:
             if isinstance(node, _REFUSED) or (isinstance(node, nodes.Filter) and node.name == "random"):
                 return None
@@ -302,13 +305,13 @@ def _macro_reads(called: Sequence[str], macros: dict[str, nodes.Macro]) -> tuple
                     return None
                 pending.append(inner.name)
             elif isinstance(node, nodes.NSRef):
-                if node.name in local:
-                    return None  # a namespace it was given: whose, the plan cannot tell
+                if node.name in params or node.name in stored:
+                    return None  # a namespace it was given or made: whose, the plan cannot tell
                 written.add(node.name)
-            elif isinstance(node, nodes.Name) and node.ctx == "load" and node.name not in local:
+            elif isinstance(node, nodes.Name) and node.ctx == "load" and node.name not in params:
                 if node.name == "caller":
                     return None
-                if node.name not in macros:
+                if node.name not in macros:  # a name it also sets counts: it may read it before
                     reads.add(node.name)
     return reads, written
 
