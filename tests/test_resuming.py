@@ -151,6 +151,9 @@ def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) ->
         "{% set ns = namespace(n=0) %}{% macro g(c) %}{% set ns.n = ns.n + c|length %}{% endmacro %}"
         "{% macro f(c, sep='|') %}{{ g(c) }}{{ c }}{{ sep }}{{ ns.n }}{% endmacro %}"
         "{% for m in messages %}{{ f(m.content) }}{% endfor %}{{ ns.n }}",
+        # a macro reads what the body only compares with the counter: all of it is part of what the loop saw
+        "{% set ns = namespace(k=messages|length - 2) %}{% macro f(c) %}{{ c }}{{ ns.k }}{% endmacro %}"
+        "{% for m in messages %}{{ f(m.content) }}{{ loop.index0 > ns.k }}{% endfor %}",
         # namespaces the loop sets: put back as they were where the render resumes
         "{% set ns = namespace(n=0, seen='') %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
         "{% if m.content == 'm3' %}{% set ns.seen = ns.seen + m.content %}{% endif %}{{ ns.n }}{{ ns.seen }}"

@@ -243,8 +243,11 @@ def _check(loop: nodes.For, items: str, macros: dict[str, nodes.Macro], lists: s
     reads, macro_written = seen_by_macros
     if not reads.isdisjoint({target, items, "loop", *lists, *stored}):
         return None  # a macro that reads the messages, or a name the body sets: it is not resumed
-    for name in reads:
-        uses.setdefault((name, None), []).append(False)
+    for name in reads:  # a macro may read any attribute of them: none is only compared with the counter
+        uses.setdefault((name, None), [])
+    for (name, _), compared_only in uses.items():
+        if name in reads:
+            compared_only.append(False)
     written = tuple(sorted({n.name for n in everything if isinstance(n, nodes.NSRef)} | macro_written))
     if target in written or items in written:
         return None
