@@ -12,7 +12,7 @@ server does. Every text is new to the codec, as in real use. For each turn it re
 * ``turn alone``: the tokenizers library encoding only the text this turn added to the prompt (the
   previous answer and the new question), the least any encoder must pay: the best of five calls in a row,
   the last four on caches the first one warmed;
-* ``first call``: the first of those five calls, made as the encode is: once, on the caches other work left;
+* ``first call``: the first of those five calls, made as the encode is: once, after the call of the turn before;
 * ``turn encode``: ``Codec.encode`` of a chat of this turn's messages alone (the previous answer and the new
   question, with the generation prompt): the same pipeline, on the new turn only;
 
@@ -22,12 +22,13 @@ memory at every turn. Each figure is the best of ``--rounds`` growths (each with
 ``timeit``, the garbage collector does not run during a timed call (``--gc`` lets it): a collection costs
 what the whole process holds, and falls at the same turns in every growth.
 
-Each call follows the bench's other work of the turn, and at turn 100 that is the encodes and renders of a
-whole 100-turn chat, which leave less of the processor's caches to the next call than at turn 10: the
-tokenizers library's own call on the same text measures 1.2-1.4x slower there for the bench's sake.
-``--flush MIB`` writes that much memory before every timed call (but the four repeated tokenizer calls):
-with more than the last-level cache (64 on this machine's 32 MiB), every call starts from memory, the same
-at every turn, as in a server where a model's forward pass runs between two requests.
+Each kind of call runs in a pass of its own over the turns, so a timed call follows one of its own kind on
+the turn before, as in a server that encodes one request after another: measured between the other
+measures, a call at turn 100 followed the encodes and renders of a whole 100-turn chat, which leave less of
+the processor's caches than those at turn 10 (the tokenizers library's call on the same text measured
+1.2-1.4x slower there). ``--flush MIB`` writes that much memory before every timed call (but the four
+repeated tokenizer calls): with more than the last-level cache (64 on this machine's 32 MiB), every call
+starts from memory, as in a server where a model's forward pass runs between two requests.
 
 Run: ``PYTHONPATH=src python bench/bench_growing.py [--rounds 5] [--turns 100] [--gc] [--flush MIB]``.
 """
@@ -120,7 +121,11 @@ def measure(name: str, folder: Path, rounds: int, turns: int) -> dict[str, list[
 
 
 def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, ...]]:
-    """One growth from an empty chat: the figures of every turn, each codec with caches of its own."""
+    """One growth from an empty chat: the figures of every turn, each codec with caches of its own.
+
+    Each kind of call runs in a pass of its own, turn after turn, so that what comes before a timed call is
+    a call of the same kind on the turn before, not the other measures' work on the whole chat.
+    """
     from chatcodec import History
     from chatcodec.tokens import load
     from chatcodec.vocab import common_prefix
@@ -130,22 +135,28 @@ def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, 
     tokenizer = remembering.tokenizer
     assert tokenizer is not None
     full = chat(turns, name, round_)
-    previous = ""
-    figures = []
-    for turn in range(1, turns + 1):
-        messages = full[: 2 * turn]  # the system prompt, the earlier turns and this question
-        spent, encoding = _cold(remembering.encode, messages, add_generation_prompt=True)
+    chats = [full[: 2 * turn] for turn in range(1, turns + 1)]  # the system prompt, the turns, the question
+    encodes = [_cold(remembering.encode, messages, add_generation_prompt=True) for messages in chats]
+    plain, renders = [], []
+    for messages, (_, encoding) in zip(chats, encodes, strict=True):
         spent_plain, fresh = _cold(forgetting.encode, messages, add_generation_prompt=True)
-        assert encoding.input_ids == fresh.input_ids, (name, turn)
-        render = _best_cold(3, remembering.template.render, messages, add_generation_prompt=True)
+        assert encoding.input_ids == fresh.input_ids, (name, len(messages))
+        plain.append(spent_plain)
+        renders.append(_best_cold(3, remembering.template.render, messages, add_generation_prompt=True))
+    alone, once, previous = [], [], ""
+    for _, encoding in encodes:
         added = encoding.text[common_prefix(previous, encoding.text) :]
-        # the first call, as the encode makes its own, and the warm floor
-        once, alone = _first_and_best(5, tokenizer.encode, added, add_special_tokens=False)
-        this_turn = full[max(2 * turn - 2, 1) : 2 * turn]  # the previous answer and this question
-        spent_turn, _ = _cold(single.encode, this_turn, add_generation_prompt=True)
         previous = encoding.text
-        figures.append((spent, spent_plain, render, alone, once, spent_turn))
-    return figures
+        # the first call, as the encode makes its own, and the warm floor
+        first, best = _first_and_best(5, tokenizer.encode, added, add_special_tokens=False)
+        once.append(first)
+        alone.append(best)
+    # the previous answer and this question, alone
+    turn_encodes = [
+        _cold(single.encode, full[max(2 * turn - 2, 1) : 2 * turn], add_generation_prompt=True)[0]
+        for turn in range(1, turns + 1)
+    ]
+    return [(encodes[i][0], plain[i], renders[i], alone[i], once[i], turn_encodes[i]) for i in range(turns)]
 
 
 def report(name: str, label: str, best: dict[str, list[float]], turns: range) -> None:
