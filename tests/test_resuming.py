@@ -93,6 +93,9 @@ def test_the_qwen3_and_llama_templates_resume_their_loop() -> None:
         # macros that could tell: they serialize the message, read the messages, set a namespace they were
         # given, call back, call an unknown function; a message passed by keyword; a name also set otherwise
         "{% macro f(m) %}{{ m | tojson }}{% endmacro %}{% for m in messages %}{{ f(m) }}{% endfor %}",
+        # messages kept by a field, then serialized
+        "{{ messages|selectattr('role', 'equalto', 'user')|list|tojson }}"
+        "{% for m in messages %}{{ m.content }}{% endfor %}",
         # the messages after this one, measured rather than looped over
         "{% for m in messages %}{{ m.content }}{{ messages[loop.index:] | length }}{% endfor %}",
         "{% macro f(c) %}{{ messages | length }}{{ c }}{% endmacro %}"
@@ -142,6 +145,9 @@ def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) ->
         "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ n }}{% endfor %}",
         "{% set ns = namespace(k=messages|length) %}{% for m in messages %}{{ loop.index < ns.k }}{% endfor %}",
         "{% set rest = messages[1:] %}{% for m in rest %}{{ m.content }}{{ loop.index0 }}{% endfor %}",
+        # messages counted by a field elsewhere (Apriel)
+        "{% if messages|selectattr('role', 'equalto', 'system')|list|length == 0 %}[none]{% endif %}"
+        "{% for m in messages %}{{ m.content }}{% endfor %}",
         # the messages after this one, looped over (gpt-oss): as if reading every one
         "{% for m in messages %}{{ m.content }}{% if m.content == 'm2' %}{% for later in messages[loop.index:] %}"
         "{{ later.content }}{% endfor %}{% endif %};{% endfor %}",

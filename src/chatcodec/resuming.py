@@ -161,6 +161,8 @@ def _messages_read_by_field(template: nodes.Template, lists: set[str], macros: d
                 continue
             else:
                 return False
+        while _selected(above, name):  # `messages|selectattr('role', 'equalto', 'system')|list`: messages still
+            above, name = parents.get(id(above)), above  # type: ignore[assignment]
         if isinstance(above, nodes.Filter) and above.node is name:
             if above.name in ("length", "count"):
                 continue
@@ -181,6 +183,21 @@ def _messages_read_by_field(template: nodes.Template, lists: set[str], macros: d
                 if is_target and not _field_read(above, node) and not _passed_whole(above, node, macros):
                     return False
     return True
+
+
+def _selected(above: nodes.Node | None, value: nodes.Node) -> bool:
+    """Whether ``above`` keeps some of the messages ``value`` holds, by one field each (``selectattr`` or
+    ``rejectattr`` with a constant attribute name), or makes a list of them: it holds messages too."""
+    if not isinstance(above, nodes.Filter) or above.node is not value:
+        return False
+    if above.name == "list":
+        return not above.args and not above.kwargs
+    return (
+        above.name in ("selectattr", "rejectattr")
+        and bool(above.args)
+        and isinstance(above.args[0], nodes.Const)
+        and type(above.args[0].value) is str
+    )
 
 
 def _truth_read(above: nodes.Node | None, name: nodes.Node) -> bool:
