@@ -93,6 +93,9 @@ def test_the_qwen3_and_llama_templates_resume_their_loop() -> None:
         # macros that could tell: they serialize the message, read the messages, set a namespace they were
         # given, call back, call an unknown function; a message passed by keyword; a name also set otherwise
         "{% macro f(m) %}{{ m | tojson }}{% endmacro %}{% for m in messages %}{{ f(m) }}{% endfor %}",
+        # a message set to a name, then serialized; a message shown as the value of a condition
+        "{% set first = messages[0] %}{{ first | tojson }}{% for m in messages %}{{ m.content }}{% endfor %}",
+        "{% for m in messages %}{{ m.content and m }}{% endfor %}",
         # messages kept by a field, then serialized
         "{{ messages|selectattr('role', 'equalto', 'user')|list|tojson }}"
         "{% for m in messages %}{{ m.content }}{% endfor %}",
@@ -145,6 +148,13 @@ def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) ->
         "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ n }}{% endfor %}",
         "{% set ns = namespace(k=messages|length) %}{% for m in messages %}{{ loop.index < ns.k }}{% endfor %}",
         "{% set rest = messages[1:] %}{% for m in rest %}{{ m.content }}{{ loop.index0 }}{% endfor %}",
+        # a message set to a name, read field by field there, in a macro, or as a condition (MiniMax, DeepSeek)
+        "{% set first = messages[0] %}{% for m in messages %}{{ m.content }}"
+        "{% if first and first.role == 'system' %}*{% endif %}{% endfor %}",
+        "{% macro sys(s) %}{% if s and s.content %}[{{ s.content }}]{% endif %}{% endmacro %}"
+        "{% set first = messages[0] %}{{ sys(first) }}{% for m in messages %}{{ m.content }}{% endfor %}",
+        "{% for m in messages %}{% if not loop.first %}{% set prev = messages[loop.index0 - 1] %}{{ prev.content }}>"
+        "{% endif %}{{ m.content }};{% endfor %}",
         # messages counted by a field elsewhere (Apriel)
         "{% if messages|selectattr('role', 'equalto', 'system')|list|length == 0 %}[none]{% endif %}"
         "{% for m in messages %}{{ m.content }}{% endfor %}",

@@ -7,9 +7,11 @@ compiled template (:mod:`chatcodec.compiler`) skip them, and is exact by constru
 
 * **What a loop body can see** is fixed from the template's syntax tree (:func:`plan`): the message of the
   iteration (only its fields, read by constant keys), other messages by index, the loop's counters, and
-  names from outside the loop, and the namespaces it sets attributes of. It may call the template's macros
-  that see no more: given the message (read field by field there too) or values from it, reading names
-  from outside, setting attributes of namespaces from outside. A body that calls an unknown function (or
+  names from outside the loop, and the namespaces it sets attributes of. A message may also be tested, used
+  as a condition, or set to a name read the same way. The body may call the template's macros that see no
+  more: given the message (read field by field there too) or values from it, reading names from outside,
+  setting attributes of namespaces from outside. Of several loops over the messages, the one that writes
+  the most is resumed (not a scan for the last user turn). A body that calls an unknown function (or
   a macro that does, or calls back, or reads the messages), uses ``break``/``continue``, or reads the
   messages or a message in any other way (iterated, serialized, measured) has no plan: it is always
   rendered in full.
@@ -63,6 +65,8 @@ _REFUSED = (
 _FLIPPED = {"eq": "eq", "ne": "ne", "gt": "lt", "lt": "gt", "gteq": "lteq", "lteq": "gteq"}
 #: loop counters and their offset from the iteration's index
 _COUNTERS = {"index0": 0, "index": 1}
+#: a template's macros by name
+Macros = dict[str, nodes.Macro]
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ def plan(template: nodes.Template) -> Plan | None:
     defined = [n for n in template.body if isinstance(n, nodes.Macro)]
     once = {name for name, count in Counter(n.name for n in defined).items() if count == 1}
     macros = {n.name: n for n in defined if n.name in once and n.name not in assigned}
+    loops = []
     for node in top:
         if not isinstance(node, nodes.For):
             continue
@@ -113,10 +118,28 @@ def plan(template: nodes.Template) -> Plan | None:
         if isinstance(iterable, nodes.Filter) and iterable.name == "_cc_counted":  # the sandbox's counting
             iterable = iterable.node  # type: ignore[assignment]
         if isinstance(iterable, nodes.Name) and iterable.name in lists:
-            if not _messages_read_by_field(template, lists, macros):
-                return None
-            return _check(node, iterable.name, macros, lists)
-    return None
+            loops.append((node, iterable.name))
+    if not loops:
+        return None
+    parents: dict[int, nodes.Node] = {id(child): template for child in template.iter_child_nodes()}
+    for parent in template.find_all(nodes.Node):
+        for child in parent.iter_child_nodes():
+            parents[id(child)] = parent
+    if not _messages_read_by_field(template, lists, macros, parents):
+        return None
+    plans = [found for found in (_check(node, items, macros, lists, parents) for node, items in loops) if found]
+    # the loop that writes the prompt, rather than one that only looks for something (the last user turn)
+    return max(plans, key=lambda found: _writing(found.loop), default=None)
+
+
+def _writing(loop: nodes.For) -> int:
+    """How many places of the loop's body write something but white space."""
+    count = 0
+    for output in loop.find_all(nodes.Output):
+        for part in output.nodes:
+            if not (isinstance(part, nodes.TemplateData) and not part.data.strip()):
+                count += 1
+    return count
 
 
 def _from_on(arg: nodes.Node) -> bool:
@@ -135,7 +158,9 @@ def _top_level(body: Sequence[nodes.Node]) -> Iterator[nodes.Node]:
             yield from _top_level(node.else_)
 
 
-def _messages_read_by_field(template: nodes.Template, lists: set[str], macros: dict[str, nodes.Macro]) -> bool:
+def _messages_read_by_field(
+    template: nodes.Template, lists: set[str], macros: Macros, parents: dict[int, nodes.Node]
+) -> bool:
     """Whether the template reads messages only field by field, wherever it reads them: the lists of
     messages (``lists``) indexed, sliced, measured or looped over, and each message only by its fields.
 
@@ -143,12 +168,6 @@ def _messages_read_by_field(template: nodes.Template, lists: set[str], macros: d
     every field but may hold their keys in another order: a template that never iterates or serializes a
     message cannot tell.
     """
-    parents: dict[int, nodes.Node] = {}
-    for parent in template.find_all(nodes.Node):
-        for child in parent.iter_child_nodes():
-            parents[id(child)] = parent
-    for child in template.iter_child_nodes():
-        parents[id(child)] = template
     loops: list[nodes.For] = []
     for name in template.find_all(nodes.Name):
         if name.name not in lists or name.ctx != "load":
@@ -157,7 +176,7 @@ def _messages_read_by_field(template: nodes.Template, lists: set[str], macros: d
         if isinstance(above, nodes.Getitem) and above.node is name:
             if isinstance(above.arg, nodes.Slice):
                 above, name = parents.get(id(above)), above  # type: ignore[assignment]
-            elif _field_read(parents.get(id(above)), above):
+            elif _field_read(parents.get(id(above)), above) or _aliased(above, parents, macros):
                 continue
             else:
                 return False
@@ -172,17 +191,39 @@ def _messages_read_by_field(template: nodes.Template, lists: set[str], macros: d
             loops.append(above)
         elif isinstance(above, nodes.Assign) and isinstance(above.target, nodes.Name) and above.target.name in lists:
             continue
-        elif not (isinstance(above, nodes.Test) and above.node is name) and not _truth_read(above, name):
+        elif not (isinstance(above, nodes.Test) and above.node is name) and not _truth_read(above, name, parents):
             return False
     for loop in loops:
         target = loop.target.name  # type: ignore[attr-defined]
         for top in loop.body:
             for node in [top, *top.find_all(nodes.Name)]:
                 is_target = isinstance(node, nodes.Name) and node.name == target and node.ctx == "load"
-                above = parents.get(id(node))
-                if is_target and not _field_read(above, node) and not _passed_whole(above, node, macros):
+                if is_target and not _message_read(parents.get(id(node)), node, parents, macros):
                     return False
     return True
+
+
+def _message_read(above: nodes.Node | None, value: nodes.Node, parents: dict[int, nodes.Node], macros: Macros) -> bool:
+    """Whether ``above`` reads ``value`` (a message) field by field: a field, a test, its truth, or passed whole
+    to a macro of the template that reads it so."""
+    return _field_read(above, value) or _truth_read(above, value, parents) or _passed_whole(above, value, macros)
+
+
+def _aliased(value: nodes.Getitem, parents: dict[int, nodes.Node], macros: Macros) -> bool:
+    """Whether ``value`` (a message read by index) is set to a name (``{% set first = messages[0] %}``) that
+    is read, wherever it is read, field by field."""
+    above = parents.get(id(value))
+    if not (isinstance(above, nodes.Assign) and above.node is value and isinstance(above.target, nodes.Name)):
+        return False
+    alias = above.target.name
+    template: nodes.Node = above
+    while id(template) in parents:
+        template = parents[id(template)]
+    return all(
+        _message_read(parents.get(id(node)), node, parents, macros)
+        for node in template.find_all(nodes.Name)
+        if node.name == alias and node.ctx == "load"
+    )
 
 
 def _selected(above: nodes.Node | None, value: nodes.Node) -> bool:
@@ -200,22 +241,21 @@ def _selected(above: nodes.Node | None, value: nodes.Node) -> bool:
     )
 
 
-def _truth_read(above: nodes.Node | None, name: nodes.Node) -> bool:
-    """Whether ``name`` is read only as a condition (``{% if messages %}``, ``not messages``): its length."""
+def _truth_read(above: nodes.Node | None, name: nodes.Node, parents: dict[int, nodes.Node]) -> bool:
+    """Whether ``name`` is read only as a condition (``{% if messages %}``, ``not messages``, ``if m and
+    m.content``): its length."""
     if isinstance(above, (nodes.If, nodes.CondExpr)):
         return above.test is name
+    if isinstance(above, (nodes.And, nodes.Or)):  # a condition if the whole is one (else its value shows)
+        return _truth_read(parents.get(id(above)), above, parents)
     return isinstance(above, nodes.Not) and above.node is name
 
 
-def _check(loop: nodes.For, items: str, macros: dict[str, nodes.Macro], lists: set[str]) -> Plan | None:
+def _check(loop: nodes.For, items: str, macros: Macros, lists: set[str], parents: dict[int, nodes.Node]) -> Plan | None:
     if loop.else_ or loop.test is not None or loop.recursive or not isinstance(loop.target, nodes.Name):
         return None
     target = loop.target.name
-    parents: dict[int, nodes.Node] = {}
     everything = [n for top in loop.body for n in [top, *top.find_all(nodes.Node)]]
-    for parent in everything:
-        for child in parent.iter_child_nodes():
-            parents[id(child)] = parent
     stored = {n.name for n in everything if isinstance(n, nodes.Name) and n.ctx in ("store", "param")}
     if target in stored or items in stored or "loop" in stored:
         return None
@@ -241,12 +281,16 @@ def _check(loop: nodes.For, items: str, macros: dict[str, nodes.Macro], lists: s
         if not (isinstance(node, nodes.Name) and node.ctx == "load"):
             continue
         above = parents.get(id(node))
-        if node.name == target and not _field_read(above, node) and not _passed_whole(above, node, macros):
+        if node.name == target and not _message_read(above, node, parents, macros):
             return None
         if node.name == items and not (
             isinstance(above, nodes.Getitem)
             and above.node is node
-            and (_field_read(parents.get(id(above)), above) or _looped_over_from(above, parents))
+            and (
+                _field_read(parents.get(id(above)), above)
+                or _looped_over_from(above, parents)
+                or _aliased(above, parents, macros)
+            )
         ):
             return None
         if node.name in (target, items, "loop") or node.name in stored:
@@ -287,7 +331,7 @@ def _check(loop: nodes.For, items: str, macros: dict[str, nodes.Macro], lists: s
     )
 
 
-def _macro_call(call: nodes.Call, macros: dict[str, nodes.Macro]) -> nodes.Macro | None:
+def _macro_call(call: nodes.Call, macros: Macros) -> nodes.Macro | None:
     """The template's macro ``call`` calls, with plain arguments (no ``*args``, ``**kwargs``)."""
     function = call.node
     if not isinstance(function, nodes.Name) or call.dyn_args is not None or call.dyn_kwargs is not None:
@@ -295,7 +339,7 @@ def _macro_call(call: nodes.Call, macros: dict[str, nodes.Macro]) -> nodes.Macro
     return macros.get(function.name)
 
 
-def _macro_reads(called: Sequence[str], macros: dict[str, nodes.Macro]) -> tuple[set[str], set[str]] | None:
+def _macro_reads(called: Sequence[str], macros: Macros) -> tuple[set[str], set[str]] | None:
     """What the macros ``called`` (and the macros they call) read from outside them, and the namespaces from
     outside they set attributes of; None if one of them may do anything else: call an unknown function or
     ``caller``, define or import anything, or set an attribute of a namespace it was given.
@@ -347,7 +391,7 @@ def _looped_over_from(cut: nodes.Getitem, parents: dict[int, nodes.Node]) -> boo
     return isinstance(cut.arg, nodes.Slice) and isinstance(above, nodes.For) and above.iter is iterated
 
 
-def _passed_whole(above: nodes.Node | None, value: nodes.Node, macros: dict[str, nodes.Macro]) -> bool:
+def _passed_whole(above: nodes.Node | None, value: nodes.Node, macros: Macros) -> bool:
     """Whether ``above`` passes ``value`` (a message) to a macro of the template, as a positional argument
     that the macro reads only field by field."""
     macro = _macro_call(above, macros) if isinstance(above, nodes.Call) else None
@@ -359,7 +403,7 @@ def _passed_whole(above: nodes.Node | None, value: nodes.Node, macros: dict[str,
     param = macro.args[position].name
     parents = {id(child): parent for parent in macro.find_all(nodes.Node) for child in parent.iter_child_nodes()}
     return all(
-        _field_read(parents.get(id(node)), node)
+        _field_read(parents.get(id(node)), node) or _truth_read(parents.get(id(node)), node, parents)
         for node in macro.find_all(nodes.Name)
         if node.name == param and node.ctx == "load"
     )
