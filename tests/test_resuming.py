@@ -140,6 +140,10 @@ def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) ->
         "{% for m in messages %}{{ m.content }}{{ messages[loop.index0 + 1] is defined }}{% endfor %}",
         "{% for m in messages %}{{ m.content }}{{ messages[loop.index0 - 1].content }}{% endfor %}",
         "{% for m in messages %}{{ m.content }}{{ messages[-1].content }}{% endfor %}",
+        "{% for m in messages %}{% if m.content == 'm2' %}{{ messages|length }}{% endif %}{{ m.content }}{% endfor %}",
+        # the same, after a loop of the body's own
+        "{% for m in messages %}{% for ch in m.content %}.{% endfor %}{{ m.content }}"
+        "{% if messages[loop.index0 + 1] is defined %}+{% endif %};{% endfor %}",
         "{% for m in messages %}{{ m.content }}{{ loop.nextitem.content if loop.nextitem }}{% endfor %}",
         # values from outside the loop, compared with its counter or not
         "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ loop.index0 >= n - 2 }}{% endfor %}",
@@ -167,6 +171,11 @@ def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) ->
         "{% set ns = namespace(n=0) %}{% macro g(c) %}{% set ns.n = ns.n + c|length %}{% endmacro %}"
         "{% macro f(c, sep='|') %}{{ g(c) }}{{ c }}{{ sep }}{{ ns.n }}{% endmacro %}"
         "{% for m in messages %}{{ f(m.content) }}{% endfor %}{{ ns.n }}",
+        # a macro with a namespace of its own (Gemma 4), or the one from outside, as it goes
+        "{% macro f(c) %}{% set ns = namespace(n=0) %}{% for ch in c %}{% set ns.n = ns.n + 1 %}{% endfor %}"
+        "{{ ns.n }}{% endmacro %}{% for m in messages %}{{ f(m.content) }}{% endfor %}",
+        "{% set ns = namespace(n=0) %}{% macro f(c) %}{% if c == 'm1' %}{% set ns = namespace(n=100) %}{% endif %}"
+        "{% set ns.n = ns.n + 1 %}{{ ns.n }}{% endmacro %}{% for m in messages %}{{ f(m.content) }};{% endfor %}{{ ns.n }}",
         # a macro reads what the body only compares with the counter: all of it is part of what the loop saw
         "{% set ns = namespace(k=messages|length - 2) %}{% macro f(c) %}{{ c }}{{ ns.k }}{% endmacro %}"
         "{% for m in messages %}{{ f(m.content) }}{{ loop.index0 > ns.k }}{% endfor %}",

@@ -963,10 +963,11 @@ class _FastGenerator(sandbox._CodeGenerator):
         if isinstance(target, nodes.Name) and any(n.name == target.name for n in _stores(node.body)):
             item = []
         self._open_caches(item, prefetch=True)
+        outer_items = self._memo_items  # a loop in the resumable one: its body's reads are recorded too
         if memo:
             self._memo_items = self._plan.items  # type: ignore[union-attr]
         self.blockvisit(node.body, loop_frame)
-        self._memo_items = None
+        self._memo_items = outer_items
         flag = None if memo or node.else_ else _stops_when(node)
         if flag is not None:
             # every later iteration would find the flag false first, and do nothing: stop here
@@ -1334,6 +1335,15 @@ class _FastGenerator(sandbox._CodeGenerator):
     @optimizeconst
     def visit_Filter(self, node: nodes.Filter, frame: Frame) -> None:
         name = node.name
+        target = node.node
+        if self._memo_items is not None and isinstance(target, nodes.Name) and target.name == self._memo_items:
+            # `messages|length` in the body of a resumable loop: as if reading every message (chatcodec.resuming)
+            self.write("(_mq.everything() and ")
+            self._memo_items, memo = None, self._memo_items
+            self.visit_Filter(node, frame)
+            self._memo_items = memo
+            self.write(")")
+            return
         if node.node is None or node.kwargs or node.dyn_args or node.dyn_kwargs:
             super().visit_Filter(node, frame)
             return

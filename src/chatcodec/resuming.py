@@ -292,7 +292,9 @@ def _check(loop: nodes.For, items: str, macros: Macros, lists: set[str], parents
                 or _aliased(above, parents, macros)
             )
         ):
-            return None
+            # `messages|length`: as if reading every message, as `loop.length` does
+            if not (isinstance(above, nodes.Filter) and above.node is node and above.name in ("length", "count")):
+                return None
         if node.name in (target, items, "loop") or node.name in stored:
             continue
         if isinstance(above, nodes.Getattr) and above.node is node:
@@ -360,6 +362,7 @@ def _macro_reads(called: Sequence[str], macros: Macros) -> tuple[set[str], set[s
         everything = [n for top in body for n in [top, *top.find_all(nodes.Node)]]
         params = {argument.name for argument in macro.args} | {"loop", "varargs", "kwargs"}  # `loop`: its own
         stored = {n.name for n in everything if isinstance(n, nodes.Name) and n.ctx == "store"}
+        bound = _bound_by_loops(everything)
         for node in everything:
             if isinstance(node, _REFUSED) or (isinstance(node, nodes.Filter) and node.name == "random"):
                 return None
@@ -369,15 +372,29 @@ def _macro_reads(called: Sequence[str], macros: Macros) -> tuple[set[str], set[s
                     return None
                 pending.append(inner.name)
             elif isinstance(node, nodes.NSRef):
-                if node.name in params or node.name in stored:
-                    return None  # a namespace it was given or made: whose, the plan cannot tell
-                written.add(node.name)
+                if node.name in params:
+                    return None  # a namespace it was given: whose, the plan cannot tell
+                written.add(node.name)  # one from outside, or its own: the outside one is kept either way
             elif isinstance(node, nodes.Name) and node.ctx == "load" and node.name not in params:
                 if node.name == "caller":
                     return None
-                if node.name not in macros:  # a name it also sets counts: it may read it before
+                if node.name not in macros and id(node) not in bound:  # a name it sets counts: it may read it first
                     reads.add(node.name)
     return reads, written
+
+
+def _bound_by_loops(everything: Sequence[nodes.Node]) -> set[int]:
+    """The names read in the body of a loop among ``everything`` that binds them (``for key, value in ...``):
+    the loop's own, not the render's."""
+    bound: set[int] = set()
+    for loop in everything:
+        if isinstance(loop, nodes.For):
+            targets = {n.name for n in [loop.target, *loop.target.find_all(nodes.Name)] if isinstance(n, nodes.Name)}
+            for top in [*loop.body, *([loop.test] if loop.test is not None else [])]:
+                for node in [top, *top.find_all(nodes.Name)]:
+                    if isinstance(node, nodes.Name) and node.ctx == "load" and node.name in targets:
+                        bound.add(id(node))
+    return bound
 
 
 def _looped_over_from(cut: nodes.Getitem, parents: dict[int, nodes.Node]) -> bool:
