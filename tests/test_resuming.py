@@ -175,7 +175,8 @@ def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) ->
         "{% macro f(c) %}{% set ns = namespace(n=0) %}{% for ch in c %}{% set ns.n = ns.n + 1 %}{% endfor %}"
         "{{ ns.n }}{% endmacro %}{% for m in messages %}{{ f(m.content) }}{% endfor %}",
         "{% set ns = namespace(n=0) %}{% macro f(c) %}{% if c == 'm1' %}{% set ns = namespace(n=100) %}{% endif %}"
-        "{% set ns.n = ns.n + 1 %}{{ ns.n }}{% endmacro %}{% for m in messages %}{{ f(m.content) }};{% endfor %}{{ ns.n }}",
+        "{% set ns.n = ns.n + 1 %}{{ ns.n }}{% endmacro %}"
+        "{% for m in messages %}{{ f(m.content) }};{% endfor %}{{ ns.n }}",
         # a macro reads what the body only compares with the counter: all of it is part of what the loop saw
         "{% set ns = namespace(k=messages|length - 2) %}{% macro f(c) %}{{ c }}{{ ns.k }}{% endmacro %}"
         "{% for m in messages %}{{ f(m.content) }}{{ loop.index0 > ns.k }}{% endfor %}",

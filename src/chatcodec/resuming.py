@@ -283,18 +283,8 @@ def _check(loop: nodes.For, items: str, macros: Macros, lists: set[str], parents
         above = parents.get(id(node))
         if node.name == target and not _message_read(above, node, parents, macros):
             return None
-        if node.name == items and not (
-            isinstance(above, nodes.Getitem)
-            and above.node is node
-            and (
-                _field_read(parents.get(id(above)), above)
-                or _looped_over_from(above, parents)
-                or _aliased(above, parents, macros)
-            )
-        ):
-            # `messages|length`: as if reading every message, as `loop.length` does
-            if not (isinstance(above, nodes.Filter) and above.node is node and above.name in ("length", "count")):
-                return None
+        if node.name == items and not _items_read(above, node, parents, macros):
+            return None
         if node.name in (target, items, "loop") or node.name in stored:
             continue
         if isinstance(above, nodes.Getattr) and above.node is node:
@@ -333,6 +323,21 @@ def _check(loop: nodes.For, items: str, macros: Macros, lists: set[str], parents
     )
 
 
+def _items_read(above: nodes.Node | None, items: nodes.Name, parents: dict[int, nodes.Node], macros: Macros) -> bool:
+    """Whether the loop's body reads the list it iterates as it may: a message by index (read field by field,
+    or set to a name read so), the messages from an index on (looped over), or their number (as if reading
+    every message, as ``loop.length`` does)."""
+    if isinstance(above, nodes.Filter) and above.node is items:
+        return above.name in ("length", "count")
+    if not (isinstance(above, nodes.Getitem) and above.node is items):
+        return False
+    return (
+        _field_read(parents.get(id(above)), above)
+        or _looped_over_from(above, parents)
+        or _aliased(above, parents, macros)
+    )
+
+
 def _macro_call(call: nodes.Call, macros: Macros) -> nodes.Macro | None:
     """The template's macro ``call`` calls, with plain arguments (no ``*args``, ``**kwargs``)."""
     function = call.node
@@ -361,7 +366,6 @@ def _macro_reads(called: Sequence[str], macros: Macros) -> tuple[set[str], set[s
         body = [*macro.defaults, *macro.body]
         everything = [n for top in body for n in [top, *top.find_all(nodes.Node)]]
         params = {argument.name for argument in macro.args} | {"loop", "varargs", "kwargs"}  # `loop`: its own
-        stored = {n.name for n in everything if isinstance(n, nodes.Name) and n.ctx == "store"}
         bound = _bound_by_loops(everything)
         for node in everything:
             if isinstance(node, _REFUSED) or (isinstance(node, nodes.Filter) and node.name == "random"):
