@@ -621,8 +621,13 @@ def _agreeing(previous: Record, messages: Any, items: list[Any], trusted: int) -
     bound = min(trusted - offset, len(items), len(previous.items))
     if offset < 0 or bound <= 0:
         return 0
-    # the usual growth: the items so far are the previous ones, and the rest new (map stops at the shorter)
-    usual = not offset and len(previous.items) == bound and all(map(operator.is_, items, previous.items))
+    # the usual growth: the items so far are the previous ones, and the rest new (map stops at the shorter), in
+    # one short-circuiting pass (two for `messages[1:]`: its items are the messages too)
+    usual = (
+        len(previous.items) == bound
+        and all(map(operator.is_, items, previous.items))
+        and (not offset or all(map(operator.is_, items, messages[offset : offset + bound])))
+    )
     if not usual:
         same = list(map(operator.is_, items[:bound], previous.items[:bound]))
         if offset:
