@@ -540,18 +540,16 @@ def runs_mask(runs: list[Run], spans: list[tuple[int, int]]) -> list[int]:
 
 
 def byte_width_mask(encoding: Encoding, spans: list[tuple[int, int]]) -> list[int] | None:
-    """:func:`overlap_mask` of an ASCII prompt encoded by a byte-level BPE tokenizer, with no offsets read: or
-    None when that does not apply.
+    """:func:`overlap_mask` of a prompt encoded by a byte-level BPE tokenizer, read from its runs: or None when
+    that does not apply.
 
-    In such a tokenizer (:func:`byte_widths`) a token of ASCII text is as many characters wide as its vocabulary
-    string is long (one character per byte), and never empty. The runs lie end to end from character 0, so the
-    run a span's edge falls in is found by bisecting the runs' starts, and only a run an edge falls inside has
-    its tokens measured (their widths must sum to the run's length, or the offsets are read after all): every
-    token between the edges overlaps the span.
+    In such a tokenizer (:func:`byte_widths`) no token is empty, and a token of ASCII text is as many characters
+    wide as its vocabulary string is long (one character per byte). The runs lie end to end from character 0, so
+    the run a span's edge falls in is found by bisecting the runs' starts, and only a run an edge falls inside
+    has its tokens placed (:func:`_placed`): every token between the edges overlaps the span. So an ASCII prompt
+    reads no offsets, and another reads those of the runs of other text that an edge falls inside.
     """
     text = encoding.text
-    if not text.isascii():
-        return None
     widths = byte_widths(encoding._codec._vocab)
     if widths is None:
         return None
@@ -564,6 +562,7 @@ def byte_width_mask(encoding: Encoding, spans: list[tuple[int, int]]) -> list[in
     if not count or starts[0] != 0:
         return None
     length = len(text)
+    ascii_text = text.isascii()
     mask = [0] * count
     for low, high in spans:
         if low >= length or high <= 0:
@@ -573,38 +572,58 @@ def byte_width_mask(encoding: Encoding, spans: list[tuple[int, int]]) -> list[in
             index = bisect_right(starts, low) - 1
             first = firsts[index]
             if low > starts[index]:
-                ends = _run_ends(runs, starts, index, length, widths)
-                if ends is None:
+                placed = _placed(text, ascii_text, runs, starts, index, widths)
+                if placed is None:
                     return None
-                first += bisect_right(ends, low - starts[index])
-        stop = count  # past the first token that ends at or after high
+                first += bisect_right(placed[1], low - starts[index])
+        stop = count  # past the last token that starts before high
         if high < length:
             index = bisect_left(starts, high)
             if index < len(starts) and starts[index] == high:  # a run starts at high: the one before ends there
                 stop = firsts[index]
             else:
                 index -= 1
-                ends = _run_ends(runs, starts, index, length, widths)
-                if ends is None:
+                placed = _placed(text, ascii_text, runs, starts, index, widths)
+                if placed is None:
                     return None
-                stop = firsts[index] + bisect_left(ends, high - starts[index]) + 1
+                stop = firsts[index] + bisect_left(placed[0], high - starts[index])
         if stop > first:
             mask[first:stop] = [1] * (stop - first)
     return mask
 
 
-def _run_ends(runs: list[Run], starts: list[int], index: int, length: int, widths: dict[int, int]) -> list[int] | None:
-    """Where a run's tokens end, from its start, by their widths; None unless they fill the run exactly (a
-    control token is one token as wide as its text; a stretch of text is model tokens of the ByteLevel alphabet)."""
+def _placed(
+    text: str, ascii_text: bool, runs: list[Run], starts: list[int], index: int, widths: dict[int, int]
+) -> tuple[list[int], list[int]] | None:
+    """Where a run's tokens start and end, from the run's start; None unless they lie in order and are not empty.
+
+    A control token is one token as wide as its text. A stretch of ASCII text is model tokens of the ByteLevel
+    alphabet, end to end, whose widths must sum to the run's length; another stretch's tokens are where its
+    offsets say.
+    """
     run = runs[index]
-    size = (starts[index + 1] if index + 1 < len(starts) else length) - starts[index]
+    begin = starts[index]
+    size = (starts[index + 1] if index + 1 < len(starts) else len(text)) - begin
     if run.encoding is None:
-        return [size] if run.width == size and len(run.ids) == 1 else None
-    lengths = list(map(widths.__getitem__, run.ids))
-    if run.width or 0 in lengths:  # 0: an id that is not a model token of the ByteLevel alphabet
+        return ([0], [size]) if run.width == size and len(run.ids) == 1 else None
+    if run.width:
         return None
-    ends = list(accumulate(lengths))
-    return ends if ends and ends[-1] == size else None
+    if ascii_text or text[begin : begin + size].isascii():
+        lengths = list(map(widths.__getitem__, run.ids))
+        if 0 in lengths:  # an id that is not a model token of the ByteLevel alphabet
+            return None
+        ends = list(accumulate(lengths))
+        return ([0, *ends[:-1]], ends) if ends and ends[-1] == size else None
+    offsets = run.offsets()
+    token_starts = [start - begin for start, _ in offsets]
+    token_ends = [end - begin for _, end in offsets]
+    if not offsets or token_starts[0] < 0 or token_ends[-1] > size:
+        return None
+    if any(e <= s for s, e in zip(token_starts, token_ends, strict=True)):
+        return None  # an empty token: never in a mask
+    if token_starts != sorted(token_starts) or token_ends != sorted(token_ends):
+        return None
+    return token_starts, token_ends
 
 
 #: the runs' fields, read in C passes

@@ -84,9 +84,10 @@ def _edge_spans(length: int, ends: list[int], rng: Any) -> list[list[tuple[int, 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
 def test_byte_width_masks_equal_the_offsets_masks(name: str) -> None:
-    """On both real tokenizers: every ASCII prompt (corpus conversations, generated rows with tools, reasoning and
-    control tokens in content, escaped or allowed) gets its mask from byte widths, equal to the overlap mask of
-    the tokenizer's own offsets for every kind of span; other prompts are left to the offsets."""
+    """On both real tokenizers: every prompt (corpus conversations in several scripts, generated rows with tools,
+    reasoning and control tokens in content, escaped or allowed) gets its mask from its runs, equal to the overlap
+    mask of the tokenizer's own offsets for every kind of span; prompts with tokens added to the text are left to
+    the offsets."""
     import random
 
     from chatcodec.masks import byte_width_mask, overlap_mask
@@ -101,7 +102,7 @@ def test_byte_width_masks_equal_the_offsets_masks(name: str) -> None:
     chats = [(c["messages"], c.get("tools")) for c in conversations().values()]
     chats += [(row["messages"], row.get("tools")) for row in generated_rows(40)]
     chats.append((_MARKED, None))
-    fast = slow = 0
+    fast = other_text = 0
     for (messages, tools), policy, add in itertools.product(chats, ("escape", "allow"), (False, True)):
         try:
             encoding = codec.encode(messages, tools=tools, content_special_tokens=policy, add_special_tokens=add)
@@ -111,14 +112,31 @@ def test_byte_width_masks_equal_the_offsets_masks(name: str) -> None:
         encoding._offsets = None
         ends = [end for _, end in offsets]
         for spans in _edge_spans(len(encoding.text), ends, rng):
-            got = byte_width_mask(encoding, spans)
-            if got is None:
-                slow += 1
-                assert not encoding.text.isascii() or (add and any(run.width < 0 for run in encoding._runs))
-                continue
+            assert byte_width_mask(encoding, spans) == overlap_mask(offsets, spans), (messages, policy, spans)
             fast += 1
-            assert got == overlap_mask(offsets, spans), (messages, policy, spans)
-    assert fast > 10_000 and slow > 1_000  # both kinds were really met
+            other_text += not encoding.text.isascii()
+    assert fast > 10_000 and other_text > 1_000  # ASCII and other prompts were really met
+
+
+def test_a_token_added_to_the_text_sends_the_mask_to_the_offsets() -> None:
+    """A BOS the template did not write, added by add_special_tokens, has no width in the text: the runs cannot
+    place it, and the mask is read from the offsets (the same overlap mask)."""
+    from chatcodec import ChatTemplate
+    from chatcodec.masks import byte_width_mask, overlap_mask
+    from chatcodec.tokens import load
+
+    from ..conftest import SHARED
+
+    require_shared()
+    codec = load(SHARED / "tokenizers" / "llama3_1").with_template(
+        ChatTemplate("{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}")
+    )
+    encoding = codec.encode([{"role": "assistant", "content": "Hello there"}], add_special_tokens=True)
+    assert any(run.width < 0 for run in encoding._runs)
+    spans = [(0, 5)]
+    assert byte_width_mask(encoding, spans) is None
+    offsets = list(encoding.offsets)
+    assert encoding.assistant_mask == overlap_mask(offsets, [(0, len(encoding.text))]) == [0, 1, 1]
 
 
 def test_byte_widths_only_for_tokenizers_whose_offsets_follow_bytes(tmp_path: Path) -> None:
