@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import random
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -77,6 +78,47 @@ def test_growing_renders_resume_and_equal_fresh_ones(name: str) -> None:
     fast = compiler.fast_template(template.source)
     if fast is not None and "_cc_resume" in fast.source:
         assert resumed > 0, f"{name} has a resumable loop, but no render resumed it"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_random_growth_with_cuts_equals_fresh_renders(name: str) -> None:
+    """Seeded random conversations from the corpus' messages, grown one or two messages at a time and now and
+    then cut back and grown otherwise, with and without tools: every render that resumes the last one equals
+    a fresh render (or fails the same way)."""
+    require_shared()
+    entry = manifest()[name]
+    template = ChatTemplate(template_source(name), special_tokens=entry["special_tokens"], name=name)
+    corpus = conversations()
+    pool = [m for c in corpus.values() for m in c["messages"] if m.get("role") != "system"]
+    systems = [m for c in corpus.values() for m in c["messages"] if m.get("role") == "system"]
+    tools = next(c["tools"] for c in corpus.values() if c.get("tools"))
+    rng = random.Random(name)
+    for journey in range(6):
+        chat: list[Any] = [rng.choice(systems)] if journey % 2 else []
+        options = {
+            "tools": tools if journey % 3 == 0 else None,
+            "add_generation_prompt": journey < 4,
+            "now": GOLDEN_NOW,
+        }
+        previous, seen = None, None
+        for _ in range(24):
+            if len(chat) > 3 and rng.random() < 0.15:
+                chat = chat[: rng.randrange(1, len(chat))]  # an edit: the chat cut back, to grow otherwise
+                trusted = len(chat)
+            else:
+                trusted = len(chat)
+                chat = chat + [copy.deepcopy(rng.choice(pool)) for _ in range(rng.randint(1, 2))]
+            fresh = outcome(lambda: template.render(chat, **options))  # noqa: B023
+            given = chat if seen is None else seen[: min(trusted, len(seen))] + chat[min(trusted, len(seen)) :]
+            memo = Memo(previous, min(trusted, len(seen)) if seen is not None else 0)
+            again = outcome(lambda: template.render_resuming(memo, given, **options))  # noqa: B023
+            if isinstance(fresh, tuple) and isinstance(again, tuple):  # how it explains the messages it saw may
+                fresh, again = fresh[:2], again[:2]  # differ: those it kept are normalized (no null field)
+            assert again == fresh, f"{name}: journey {journey}, {len(chat)} messages"
+            if isinstance(again, str) and memo.record is not None:
+                previous, seen = memo.record, memo.messages
+            else:
+                previous, seen = None, None
 
 
 def test_the_qwen3_and_llama_templates_resume_their_loop() -> None:
@@ -444,6 +486,26 @@ def test_a_changed_history_is_encoded_as_it_is_now(folder: Path, edit: Any) -> N
     got = remembering.encode(messages, add_generation_prompt=True)
     assert got.input_ids == forgetting.encode(messages, add_generation_prompt=True).input_ids
     assert got.text == forgetting.encode(messages, add_generation_prompt=True).text
+
+
+def test_a_growing_encode_that_fails_says_what_a_fresh_one_says(folder: Path) -> None:
+    """The error of a render that would resume names the caller's messages as they are (a null field), not the
+    normalized copies the resumed render was given."""
+    source = (
+        "{% for m in messages %}{{ m.role }}"
+        "{% if loop.last and m.role == 'user' %}{{ messages[0].content.strip() }}{% endif %}{% endfor %}"
+    )
+    said = []
+    for entries in (256, 0):
+        codec = tokens.load(folder).with_template(ChatTemplate(source))
+        codec.history = History(entries=entries)
+        messages = [{"role": "assistant", "content": None}, {"role": "assistant", "content": "x"}]
+        for count in (1, 2):
+            codec.encode(messages[:count])
+        with pytest.raises(ChatcodecError) as caught:
+            codec.encode([*messages, {"role": "user", "content": "a"}])
+        said.append(str(caught.value))
+    assert said[0] == said[1] and '"content": null' in said[0]
 
 
 def test_a_template_that_cannot_resume_copies_each_message_once(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .exceptions import InputError, LoadError, SpecialTokenError
+from .exceptions import ChatcodecError, InputError, LoadError, SpecialTokenError
 from .history import Entry, History, copy_of
 from .history import keys as history_keys
 from .injection import Marks, Shield, culprit, reads_marks, stand_ins_in, swap, template_variables_with_marks
@@ -426,7 +426,10 @@ class Codec:
         if tools is not options["tools"] or documents is not options["documents"]:
             options = {**options, "tools": tools, "documents": documents}
         memo = Memo(base.record if trusted else None, trusted)
-        rendered = self.template.render_resuming(memo, shielded, **options)
+        try:
+            rendered = self.template.render_resuming(memo, shielded, **options)
+        except ChatcodecError:
+            return None  # the usual encode renders the caller's own messages, and says what is wrong with them
         tokens, state = self._tokenize(
             vocab, shield, messages, given, options, (shielded, rendered, None), base, template_kwargs
         )
