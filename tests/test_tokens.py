@@ -602,6 +602,7 @@ def test_stretches_encoded_together_read_their_offsets_once(name: str, monkeypat
 
     monkeypatch.setattr(vocab, "joiner", Counting())
     monkeypatch.setattr(vocab, "_nfc", False)  # ASCII stretches would go to the joiner without NFC, uncounted
+    monkeypatch.setattr(vocab, "_pieces", None)  # and ASCII stretches would be encoded from their pieces
     _CountingEncoding.reads = 0
     messages = list(conversations()["long_20_turn"]["messages"])
     hf = _transformers(name)

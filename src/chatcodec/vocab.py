@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .exceptions import InputError, SpecialTokenError
+from .pieces import Pieces, pieces_for
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -260,6 +261,9 @@ class Vocabulary:
         normalizer = tokenizer.normalizer
         self._nfc = normalizer is not None and json.loads(normalizer.__getstate__()) == {"type": "NFC"}
         self._ascii_joiner: Tokenizer | None = None
+        #: ASCII stretches encoded from their pieces (:mod:`chatcodec.pieces`): made on first use, None if not
+        #: for this tokenizer
+        self._pieces: Pieces | bool | None = False
         self.split_special_tokens = split_special_tokens
         self._cache: dict[tuple[str, bool], tuple[list[int], Any, int, int]] = {}
         self._affixes: tuple[list[int], list[int]] | None = None
@@ -434,6 +438,8 @@ class Vocabulary:
         fresh: dict[tuple[str, bool], tuple[list[int], Any, int, int]] = {}
         alone = [key for key in keys if _SEPARATOR in key[0]]  # only possible for tokenizers without a start rule
         joined = [key for key in keys if _SEPARATOR not in key[0]]
+        if joined and not self.start_sensitive:
+            joined = self._encode_pieces(joined, fresh)
         for key in alone:
             encoding = _encode(self.plain, key[0])
             fresh[key] = (encoding.ids, encoding, 0, 0)
@@ -448,6 +454,31 @@ class Vocabulary:
             self._cache.clear()  # a rough bound: chats repeat their recent stretches, not old ones
         self._cache.update(fresh)
         return fresh
+
+    def _encode_pieces(
+        self, keys: list[tuple[str, bool]], fresh: dict[tuple[str, bool], tuple[list[int], Any, int, int]]
+    ) -> list[tuple[str, bool]]:
+        """Stretches of ASCII text encoded from their pieces, where the tokenizer allows it; the others are left."""
+        pieces = self._pieces
+        if pieces is False:
+            tokenizer = self._joiner_for([("", False)])  # the joiner that ASCII text goes to
+            separator = self._separator_id
+            pieces = None
+            if tokenizer.normalizer is None and separator is not None:
+                pieces = pieces_for(tokenizer, _SEPARATOR, separator, lambda tok, text: _encode(tok, text))
+            with self._lock:
+                self._pieces = pieces
+        if not isinstance(pieces, Pieces):
+            return keys
+        left = []
+        for key in keys:
+            text = key[0]
+            ids = pieces.encode(text) if text.isascii() else None
+            if ids is None:
+                left.append(key)
+            else:
+                fresh[key] = (ids, _Pieced(pieces.tokenizer, text), 0, 0)
+        return left
 
     def _joiner_for(self, keys: list[tuple[str, bool]]) -> Tokenizer:
         """The joiner, or for stretches all of ASCII under an NFC normalizer, the joiner without it."""
@@ -646,6 +677,25 @@ class _Joined:
         if self._offsets is None:
             self._offsets = self._encoding.offsets
             self._encoding = None  # only the offsets are read from it: the encoding itself can go
+        return self._offsets
+
+
+class _Pieced:
+    """A stretch encoded from its pieces: its offsets are the tokenizer's, read the first time they are asked for
+    (an ASCII prompt's mask needs none)."""
+
+    __slots__ = ("_offsets", "_text", "_tokenizer")
+
+    def __init__(self, tokenizer: Tokenizer, text: str) -> None:
+        self._tokenizer: Tokenizer | None = tokenizer
+        self._text = text
+        self._offsets: list[tuple[int, int]] | None = None
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        if self._offsets is None:
+            self._offsets = _encode(self._tokenizer, self._text).offsets  # type: ignore[arg-type]
+            self._tokenizer = None
         return self._offsets
 
 
