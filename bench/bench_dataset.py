@@ -171,8 +171,8 @@ def per_process(folder: Path, rows: list[dict[str, Any]], tokenizer: Path, repea
         f" {len(rows) / steady:,.0f} rows/s, {theirs_time / steady:.2f}x (transformers' load is not timed either)"
     )
     print(
-        f"the tokenizers library alone: {floor_time:.2f} s encoding the text chatcodec encodes (what its cache of"
-        f" stretches lacks; {floor_time / tagged_time:.0%} of the Formatter's time, so at most"
+        f"the tokenizers library alone: {floor_time:.2f} s encoding the text chatcodec encodes (what its caches of"
+        f" stretches and pieces lack; {floor_time / tagged_time:.0%} of the Formatter's time, so at most"
         f" {theirs_time / floor_time:.1f}x), {theirs_encode:.2f} s for the whole prompts transformers encodes"
     )
 
