@@ -17,15 +17,15 @@ Run: ``PYTHONPATH=src python bench/bench_resuming.py [--rounds 3] [--turns 100]`
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from bench_growing import _cpu  # CPU time, the garbage collector off
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 NOW = datetime(2026, 11, 29, 12, 0, 0)
@@ -41,16 +41,6 @@ def chat(turns: int, round_: int) -> list[dict[str, Any]]:
             {"role": "assistant", "content": f"It is {i * 7}.", "reasoning_content": f"{i} times 7 is {i * 7}."}
         )
     return messages
-
-
-def _cpu(fn: Any, *args: Any, **options: Any) -> tuple[float, Any]:
-    gc.disable()
-    try:
-        start = time.process_time()
-        result = fn(*args, **options)
-        return time.process_time() - start, result
-    finally:
-        gc.enable()
 
 
 def grow(template: Any, turns: int, round_: int) -> tuple[list[float], list[float], int]:

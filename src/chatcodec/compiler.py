@@ -29,7 +29,7 @@ that track ``{% generation %}`` spans of a block outside the root's own output (
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 from threading import get_ident
@@ -1196,16 +1196,21 @@ class _FastGenerator(sandbox._CodeGenerator):
         )
         return True
 
+    def _reading_every_message(self, visit: Callable[[Any, Frame], None], node: nodes.Expr, frame: Frame) -> None:
+        """``node`` read from the list a resumable loop iterates, as it is, recorded as reading every message
+        (:mod:`chatcodec.resuming`), as ``loop.length`` is."""
+        self.write("(_mq.everything() and ")
+        self._memo_items, memo = None, self._memo_items
+        visit(node, frame)
+        self._memo_items = memo
+        self.write(")")
+
     @optimizeconst
     def visit_Getitem(self, node: nodes.Getitem, frame: Frame) -> None:
         target = node.node
         if self._memo_items is not None and isinstance(target, nodes.Name) and target.name == self._memo_items:
-            if isinstance(node.arg, nodes.Slice):  # the messages from an index on: as if reading every one
-                self.write("(_mq.everything() and ")
-                self._memo_items, memo = None, self._memo_items
-                self.visit_Getitem(node, frame)
-                self._memo_items = memo
-                self.write(")")
+            if isinstance(node.arg, nodes.Slice):  # the messages from an index on
+                self._reading_every_message(self.visit_Getitem, node, frame)
                 return
             self.write("_cc_memo_item(_mq, ")  # another message, read by index: recorded (chatcodec.resuming)
             self.visit(target, frame)
@@ -1337,12 +1342,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         name = node.name
         target = node.node
         if self._memo_items is not None and isinstance(target, nodes.Name) and target.name == self._memo_items:
-            # `messages|length` in the body of a resumable loop: as if reading every message (chatcodec.resuming)
-            self.write("(_mq.everything() and ")
-            self._memo_items, memo = None, self._memo_items
-            self.visit_Filter(node, frame)
-            self._memo_items = memo
-            self.write(")")
+            self._reading_every_message(self.visit_Filter, node, frame)  # `messages|length`
             return
         if node.node is None or node.kwargs or node.dyn_args or node.dyn_kwargs:
             super().visit_Filter(node, frame)
