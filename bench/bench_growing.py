@@ -136,17 +136,24 @@ def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, 
     assert tokenizer is not None
     full = chat(turns, name, round_)
     chats = [full[: 2 * turn] for turn in range(1, turns + 1)]  # the system prompt, the turns, the question
-    encodes = [_cold(remembering.encode, messages, add_generation_prompt=True) for messages in chats]
+    # kept of each encode: its time, what its text added to the last one's, a digest of its ids (a server keeps
+    # no old encoding: holding them all would grow the heap the later encodes run in)
+    encodes, additions, digests, previous = [], [], [], ""
+    for messages in chats:
+        spent, encoding = _cold(remembering.encode, messages, add_generation_prompt=True)
+        encodes.append(spent)
+        additions.append(encoding.text[common_prefix(previous, encoding.text) :])
+        digests.append(hash(tuple(encoding.input_ids)))
+        previous = encoding.text
+    del encoding, previous
     plain, renders = [], []
-    for messages, (_, encoding) in zip(chats, encodes, strict=True):
+    for messages, digest in zip(chats, digests, strict=True):
         spent_plain, fresh = _cold(forgetting.encode, messages, add_generation_prompt=True)
-        assert encoding.input_ids == fresh.input_ids, (name, len(messages))
+        assert hash(tuple(fresh.input_ids)) == digest, (name, len(messages))
         plain.append(spent_plain)
         renders.append(_best_cold(3, remembering.template.render, messages, add_generation_prompt=True))
-    alone, once, previous = [], [], ""
-    for _, encoding in encodes:
-        added = encoding.text[common_prefix(previous, encoding.text) :]
-        previous = encoding.text
+    alone, once = [], []
+    for added in additions:
         # the first call, as the encode makes its own, and the warm floor
         first, best = _first_and_best(5, tokenizer.encode, added, add_special_tokens=False)
         once.append(first)
@@ -156,7 +163,7 @@ def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, 
         _cold(single.encode, full[max(2 * turn - 2, 1) : 2 * turn], add_generation_prompt=True)[0]
         for turn in range(1, turns + 1)
     ]
-    return [(encodes[i][0], plain[i], renders[i], alone[i], once[i], turn_encodes[i]) for i in range(turns)]
+    return [(encodes[i], plain[i], renders[i], alone[i], once[i], turn_encodes[i]) for i in range(turns)]
 
 
 def report(name: str, label: str, best: dict[str, list[float]], turns: range) -> None:
