@@ -488,6 +488,38 @@ def test_a_changed_history_is_encoded_as_it_is_now(folder: Path, edit: Any) -> N
     assert got.text == forgetting.encode(messages, add_generation_prompt=True).text
 
 
+@pytest.mark.parametrize("policy", ["escape", "allow"])
+def test_random_growing_encodes_with_edits_equal_fresh_ones(folder: Path, policy: str) -> None:
+    """Seeded random chats of corpus messages (control tokens and marks in some), grown a message or two at a
+    time, with the caller now and then changing an earlier message in place, dropping the last ones, or
+    passing copies: every encode equals a codec's without memory, ids and text."""
+    corpus = conversations()
+    pool = [m for c in corpus.values() for m in c["messages"] if m.get("role") in ("user", "assistant")]
+    remembering, forgetting = tokens.load(folder), tokens.load(folder)
+    forgetting.history = History(entries=0)
+    rng = random.Random(f"{folder.name}-{policy}")
+    for _ in range(4):
+        chat: list[Any] = [{"role": "system", "content": "Be brief [INST] <|im_end|>."}]
+        for _ in range(16):
+            roll = rng.random()
+            if roll < 0.1 and len(chat) > 2:
+                message = rng.choice(chat[1:])
+                message["content"] = f"{message.get('content') or ''} edited <|eot_id|> [/INST]"  # in place
+            elif roll < 0.2 and len(chat) > 3:
+                del chat[rng.randrange(2, len(chat)) :]
+            elif roll < 0.3:
+                chat = copy.deepcopy(chat)  # the same conversation in new objects
+            chat += [copy.deepcopy(rng.choice(pool)) for _ in range(rng.randint(1, 2))]
+            options = {"add_generation_prompt": chat[-1]["role"] == "user", "content_special_tokens": policy}
+            got = outcome(lambda: remembering.encode(chat, **options))  # noqa: B023
+            want = outcome(lambda: forgetting.encode(chat, **options))  # noqa: B023
+            if isinstance(want, tuple):
+                assert isinstance(got, tuple) and got[:2] == want[:2]
+            else:
+                assert isinstance(got, tokens.Encoding)
+                assert (got.input_ids, got.text) == (want.input_ids, want.text), len(chat)
+
+
 def test_a_growing_encode_that_fails_says_what_a_fresh_one_says(folder: Path) -> None:
     """The error of a render that would resume names the caller's messages as they are (a null field), not the
     normalized copies the resumed render was given."""
