@@ -194,6 +194,9 @@ def test_loops_that_could_tell_the_renders_apart_are_not_resumed(source: str) ->
         "{% set n = messages|length %}{% for m in messages %}{{ m.content }}{{ n }}{% endfor %}",
         "{% set ns = namespace(k=messages|length) %}{% for m in messages %}{{ loop.index < ns.k }}{% endfor %}",
         "{% set rest = messages[1:] %}{% for m in rest %}{{ m.content }}{{ loop.index0 }}{% endfor %}",
+        # the messages up to some point (Kimi-K2-Thinking's history before its last answer)
+        "{% set head = messages[: (messages|length) // 2] %}{% for m in head %}{{ m.content }};{% endfor %}"
+        "|{% for m in messages[(messages|length) // 2 :] %}{{ m.content }}{% endfor %}",
         # a message set to a name, read field by field there, in a macro, or as a condition (MiniMax, DeepSeek)
         "{% set first = messages[0] %}{% for m in messages %}{{ m.content }}"
         "{% if first and first.role == 'system' %}*{% endif %}{% endfor %}",

@@ -97,8 +97,9 @@ def plan(template: nodes.Template) -> Plan | None:
     for node in top:
         if isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name):
             value = node.node
-            # `messages[1:]`: the messages from some point on (a resumed render finds them at the end)
-            if isinstance(value, nodes.Getitem) and _from_on(value.arg):
+            # `messages[1:]` or `messages[:k]`: the messages from some point on, or up to one (a resumed render
+            # finds them at the end or the start)
+            if isinstance(value, nodes.Getitem) and _end_cut(value.arg):
                 value = value.node
             if isinstance(value, nodes.Name) and value.name in lists:
                 lists.add(node.target.name)
@@ -142,8 +143,9 @@ def _writing(loop: nodes.For) -> int:
     return count
 
 
-def _from_on(arg: nodes.Node) -> bool:
-    return isinstance(arg, nodes.Slice) and arg.stop is None and arg.step is None
+def _end_cut(arg: nodes.Node) -> bool:
+    """A slice with a start or a stop but not both, and no step."""
+    return isinstance(arg, nodes.Slice) and arg.step is None and (arg.start is None or arg.stop is None)
 
 
 def _top_level(body: Sequence[nodes.Node]) -> Iterator[nodes.Node]:
@@ -617,7 +619,8 @@ def _agreeing(previous: Record, messages: Any, items: list[Any], trusted: int) -
     """How many iterations read only messages that are the same, vouched-for objects as the last time."""
     if type(messages) is not list:
         return 0
-    offset = 0 if items is messages else len(messages) - len(items)  # `loop_messages = messages[1:]`
+    # `messages[:k]` starts where the messages do, `messages[1:]` ends where they do (checked below, item by item)
+    offset = 0 if items is messages or (items and messages and items[0] is messages[0]) else len(messages) - len(items)
     bound = min(trusted - offset, len(items), len(previous.items))
     if offset < 0 or bound <= 0:
         return 0
