@@ -13,8 +13,11 @@ tools, 1 to 4 exchanges each, some with tool calls and results, some with reason
 3. **memory**: peak RSS of one process formatting growing datasets (it should stay flat: rows stream);
 4. **Ray**: the same job on a local Ray instance of 2 CPUs against the local engine with 2 workers.
 
-Run: ``PYTHONPATH=src python bench/bench_dataset.py [--rows 20000] [--sections 1,2,3,4]``. Needs transformers
-(the reference), pyarrow and ray. The machine's load average is printed before and after.
+The texts are drawn from 80 words by default; ``--text docs`` cuts them from the repository's README and
+sources and the shared docs instead (prose and code: a real vocabulary, so caches of text see new pieces).
+
+Run: ``PYTHONPATH=src python bench/bench_dataset.py [--rows 20000] [--sections 1,2,3,4] [--text docs]``. Needs
+transformers (the reference), pyarrow and ray. The machine's load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -56,7 +59,22 @@ TOOLS = [
 ]  # fmt: skip
 
 
+#: with ``--text docs``: the ASCII of the repository's README and sources and the shared docs, which the
+#: conversations' texts are cut from (prose and code with a real vocabulary, not 80 words)
+DOCS: str | None = None
+
+
+def _docs(shared: Path) -> str:
+    files = [ROOT / "README.md", *sorted((ROOT / "src").rglob("*.py")), *sorted((shared / "docs").glob("*.md"))]
+    text = "".join(path.read_text(encoding="utf-8") for path in files if path.is_file())
+    return "".join(char for char in text if char.isascii())
+
+
 def _text(rng: random.Random, low: int, high: int) -> str:
+    if DOCS is not None:  # a slice of about as many characters as that many words
+        size = rng.randint(low, high) * 6
+        at = rng.randrange(len(DOCS) - size)
+        return DOCS[at : at + size]
     words = [rng.choice(WORDS) for _ in range(rng.randint(low, high))]
     return " ".join(words).capitalize() + rng.choice([".", "?", "!"])
 
@@ -287,11 +305,17 @@ def main() -> int:
     parser.add_argument("--memory-sizes", default="5000,20000,80000")
     parser.add_argument("--sections", default="1,2,3,4", help="which parts to run (1 to 4)")
     parser.add_argument("--shared", type=Path, default=SHARED)
+    parser.add_argument(
+        "--text", choices=("words", "docs"), default="words",
+        help="the conversations' text: drawn from 80 words, or cut from the repository's docs and sources",
+    )  # fmt: skip
     args = parser.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     warnings.simplefilter("ignore")
     tokenizer = args.shared / "tokenizers" / "qwen3"
+    global DOCS
+    DOCS = _docs(args.shared) if args.text == "docs" else None
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
