@@ -24,6 +24,7 @@ rule as with tags), so the model is trained on every character it must produce.
 
 from __future__ import annotations
 
+import marshal
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from itertools import accumulate
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
+
+from jinja2 import nodes
 
 from .exceptions import ChatcodecError, InputError, MaskError
 from .render import plain
@@ -347,16 +350,102 @@ def _expander(rendered: str, escapes: dict[str, str]) -> Any:
 
 
 def _generation_header(codec: Codec, chat: list[Any], roles: list[str | None], options: dict[str, Any]) -> str | None:
-    """What ``add_generation_prompt`` adds after the messages before the first assistant turn."""
+    """What ``add_generation_prompt`` adds after the messages before the first assistant turn.
+
+    Two renders of those messages, without and with the prompt; or one, when the template adds the prompt
+    last and alone (:func:`_prompt_names`): then the prompt is the same text for every conversation that
+    gives the names it reads the same values, and the render without it only tells whether these messages
+    render at all.
+    """
     first = next((i for i, role in enumerate(roles) if role == "assistant"), None)
     prefix = chat[:first] if first else [{"role": "user", "content": "Hi"}]
     bare = {**options, "add_generation_prompt": False, "continue_final_message": False}
+    template = codec.template
+    key = _prompt_key(template, bare)
     try:
-        without = codec.template.render(prefix, **bare)
-        with_prompt = codec.template.render(prefix, **{**bare, "add_generation_prompt": True})
+        without = template.render(prefix, **bare)
     except ChatcodecError:
         return None
-    return with_prompt[common_prefix(without, with_prompt) :]
+    known = _PROMPTS.get(template)
+    if key is not None and known is not None and key in known:
+        header = known[key]
+        if len(without) + len(header) <= template.limits.max_output:  # what the render with it would check
+            return header
+    try:
+        with_prompt = template.render(prefix, **{**bare, "add_generation_prompt": True})
+    except ChatcodecError:
+        return None
+    header = with_prompt[common_prefix(without, with_prompt) :]
+    if key is not None and with_prompt == without + header:  # the prompt was added at the end, as planned
+        _PROMPTS.setdefault(template, {})[key] = header
+    return header
+
+
+#: per template, the generation prompt for each key of :func:`_prompt_key`
+_PROMPTS: WeakKeyDictionary[Any, dict[bytes, str]] = WeakKeyDictionary()
+#: what the prompt's block may hold: text, names and tests (no call, filter, attribute, loop or assignment)
+_PROMPT_NODES: tuple[type[nodes.Node], ...] = (
+    nodes.Output, nodes.If, nodes.TemplateData, nodes.Const, nodes.Name, nodes.Test, nodes.Not, nodes.And,
+    nodes.Or, nodes.Concat, nodes.CondExpr,
+)  # fmt: skip
+_MISSING = object()
+
+
+def _prompt_key(template: Any, options: dict[str, Any]) -> bytes | None:
+    """The values of the names the generation prompt reads (marshalled: 1, 1.0 and True differ), when the
+    template adds it last and alone; else None."""
+    if not getattr(template, "_only_default", False) or options.get("chat_template") or options.get("polyfill"):
+        return None  # the render could take another template, or a rewritten conversation
+    names = _prompt_names(template.source)
+    if names is None:
+        return None
+    special = template.special_tokens
+    values = tuple(options.get(name, special.get(name, _MISSING)) for name in names)
+    try:
+        given = tuple((name, value) for name, value in zip(names, values, strict=True) if value is not _MISSING)
+        return marshal.dumps(given)
+    except ValueError:  # not plain data: no key
+        return None
+
+
+@lru_cache(maxsize=64)
+def _prompt_names(source: str) -> tuple[str, ...] | None:
+    """The names the generation prompt's text reads, when the template adds it last and alone: its only read
+    of ``add_generation_prompt`` is the test of an ``{% if %}`` (no elif, no else) that ends the template,
+    and that block holds only text, tests and names the template never sets (not ``messages``). The output
+    with the prompt is then the output without it, followed by the block's text, which depends on those
+    names only. A template that reads the clock (``strftime_now``) is left out: its two renders may differ.
+    None otherwise.
+    """
+    from .sandbox import environment
+
+    if "strftime_now" in source:
+        return None
+    try:
+        tree = environment.parse(source)
+    except Exception:  # the render reports it
+        return None
+    body = list(tree.body)
+    if not body or not isinstance(body[-1], nodes.If):
+        return None
+    last = body[-1]
+    test = last.test
+    if not isinstance(test, nodes.Name) or test.name != "add_generation_prompt" or last.elif_ or last.else_:
+        return None
+    if sum(1 for name in tree.find_all(nodes.Name) if name.name == "add_generation_prompt") != 1:
+        return None
+    assigned = {name.name for name in tree.find_all(nodes.Name) if name.ctx in ("store", "param")}
+    assigned.update(macro.name for macro in tree.find_all(nodes.Macro))
+    names: set[str] = set()
+    for node in last.body:
+        for part in (node, *node.find_all(nodes.Node)):
+            if not isinstance(part, _PROMPT_NODES):
+                return None
+            if isinstance(part, nodes.Name):
+                if part.name in assigned or part.name in ("messages", "loop"):
+                    return None
+                names.add(part.name)
+    return tuple(sorted(names))
 
 
 @lru_cache(maxsize=64)

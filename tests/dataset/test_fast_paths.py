@@ -309,3 +309,85 @@ def test_ascii_stretches_skip_nfc_with_the_same_ids_and_offsets() -> None:
             assert (ours.input_ids, ours.offsets) == (whole.ids, whole.offsets)
         ascii_prompts += ours.text.isascii()
     assert skipping._vocab._ascii_joiner is not None and ascii_prompts > 50  # type: ignore[union-attr]
+
+
+# --- the generation prompt in one render -----------------------------------------------------------------
+
+
+def _headers(codec: Any, chats: list[Any]) -> list[Any]:
+    found = []
+    for chat, kwargs in chats:
+        try:
+            encoding = codec.encode(chat["messages"], tools=chat.get("tools"), **kwargs)
+            layout = encoding._get_layout()
+            found.append((layout.header, layout.anchors, encoding.mask() if layout.failure is None else None))
+        except ChatcodecError as exc:
+            found.append(type(exc).__name__)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(manifest()) if CORPUS.is_dir() else [])
+def test_the_prompt_from_one_render_equals_two_renders(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a template that adds the generation prompt last and alone, the prompt is kept per value of the names
+    it reads, and later conversations render once: the same headers, anchors and masks as two renders each, on
+    every corpus template, with enable_thinking given, missing, true and false."""
+    require_shared()
+    chats = []
+    for index, conversation in enumerate([*(conversations()[c] for c in _CONVERSATIONS), {"messages": _MARKED}] * 2):
+        kwargs: dict[str, Any] = [{}, {"enable_thinking": False}, {"enable_thinking": True}, {}][index % 4]
+        chats.append((conversation, kwargs))
+    counts = []
+    for plan in (True, False):
+        codec = _corpus_codec(name)  # a template of its own: nothing kept from the other run
+        render = codec.template.render
+        renders: list[int] = []
+
+        def counting(*args: Any, render: Any = render, renders: list[int] = renders, **kwargs: Any) -> Any:
+            renders.append(1)
+            return render(*args, **kwargs)
+
+        monkeypatch.setattr(codec.template, "render", counting)
+        if not plan:
+            monkeypatch.setattr(masks, "_prompt_key", lambda template, options: None)
+        found = _headers(codec, chats)
+        if plan:
+            one = found
+        else:
+            assert found == one
+        counts.append(len(renders))
+    planned = masks._prompt_names(_corpus_codec(name).template.source) is not None
+    if not planned:
+        assert counts[0] == counts[1]
+    elif sum(isinstance(f, tuple) and f[0] is not None for f in one) > 2:
+        assert counts[0] < counts[1]  # the prompt was rendered once per key, not once per conversation
+
+
+#: templates that read add_generation_prompt elsewhere too, set a name the prompt reads, or write after it
+_NOT_LAST_AND_ALONE = {
+    "read_in_loop": "{% for m in messages %}{% if m.role == 'system' and add_generation_prompt %}[S]{% endif %}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    "set_name": "{% set who = messages[0].role %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant ({{ who }})\n{% endif %}",
+    "text_after": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}{{ messages | length }}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NOT_LAST_AND_ALONE))
+def test_a_prompt_that_is_not_last_and_alone_renders_twice(name: str) -> None:
+    """Each of these would give a wrong header if its prompt were kept from the first conversation."""
+    from chatcodec import ChatTemplate
+
+    require_shared()
+    source = _NOT_LAST_AND_ALONE[name]
+    assert masks._prompt_names(source) is None
+    chats = [
+        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+        [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi"},
+         {"role": "assistant", "content": "Hello"}],
+    ]  # fmt: skip
+    codec = _codec("qwen3").with_template(ChatTemplate(source))
+    headers = [codec.encode(chat)._get_layout().header for chat in chats]
+    fresh = [_codec("qwen3").with_template(ChatTemplate(source)).encode(chat)._get_layout().header for chat in chats]
+    assert headers == fresh and headers[0] != headers[1]
