@@ -57,8 +57,11 @@ class Pieces:
         known = self.ids
         if len(known) > LIMIT:
             known = self.ids = {}  # a new table: a call in another thread goes on with the one it holds
-        missing = [piece for piece in dict.fromkeys(pieces) if piece not in known]
-        if missing and not self._learn(missing, known):
+        try:
+            return list(chain.from_iterable(map(known.__getitem__, pieces)))  # every piece known: one C pass
+        except KeyError:
+            pass
+        if not self._learn([piece for piece in dict.fromkeys(pieces) if piece not in known], known):
             return None
         return list(chain.from_iterable(map(known.__getitem__, pieces)))
 
