@@ -130,7 +130,7 @@ def _probes() -> list[str]:
     probes = [*chars, *(f"a{c}b" for c in chars), *(f" {c}x" for c in chars), *(c * 3 for c in chars)]
     tricky = "aZq09 \t\n\r\x0b\x0c'sStTlLdDmMvVrReE.,!?-_#()[]{}<>\"\\/\x00\x1c\x1f\x7f"
     rng = random.Random(14)
-    probes += ["".join(rng.choice(tricky) for _ in range(rng.randint(1, 16))) for _ in range(3000)]
+    probes += ["".join(rng.choices(tricky, k=rng.randint(1, 16))) for _ in range(3000)]
     probes += ["it's", "IT'S", "we'll", "they'RE", "  \n\n  x", "1234567", "a  b", "\r\n", " ?!\n", "''s", "x'", "'"]
     return probes
 
