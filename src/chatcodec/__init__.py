@@ -14,15 +14,6 @@ import importlib as _importlib
 import typing as _typing
 
 from .capabilities import Capabilities as Capabilities
-from .decoders import AssistantMessage as AssistantMessage
-from .decoders import Decoder as Decoder
-from .decoders import DecodeStream as DecodeStream
-from .decoders import Delta as Delta
-from .decoders import ToolCall as ToolCall
-from .decoders import ToolCallDelta as ToolCallDelta
-from .decoders import decoder as decoder
-from .decoders import decoder_for as decoder_for
-from .decoders import detect_format as detect_format
 from .exceptions import BackendError as BackendError
 from .exceptions import BackendTimeoutError as BackendTimeoutError
 from .exceptions import ChatcodecError as ChatcodecError
@@ -54,6 +45,15 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see for the lazy names
     from .compat import apply_chat_template as apply_chat_template
     from .compat import patch as patch
     from .dataset import format_dataset as format_dataset
+    from .decoders import AssistantMessage as AssistantMessage
+    from .decoders import Decoder as Decoder
+    from .decoders import DecodeStream as DecodeStream
+    from .decoders import Delta as Delta
+    from .decoders import ToolCall as ToolCall
+    from .decoders import ToolCallDelta as ToolCallDelta
+    from .decoders import decoder as decoder
+    from .decoders import decoder_for as decoder_for
+    from .decoders import detect_format as detect_format
     from .inspection import Finding as Finding
     from .inspection import Report as Report
     from .inspection import inspect as inspect
@@ -65,6 +65,16 @@ __version__ = "0.1.0"  # the one place the version is written: pyproject.toml re
 
 #: public name -> the module that defines it, imported the first time the name is used (PEP 562)
 _LAZY: dict[str, str] = {
+    # the decoders: 46 formats' machines and their detection, a third of the import
+    "AssistantMessage": "chatcodec.decoders",
+    "DecodeStream": "chatcodec.decoders",
+    "Decoder": "chatcodec.decoders",
+    "Delta": "chatcodec.decoders",
+    "ToolCall": "chatcodec.decoders",
+    "ToolCallDelta": "chatcodec.decoders",
+    "decoder": "chatcodec.decoders",
+    "decoder_for": "chatcodec.decoders",
+    "detect_format": "chatcodec.decoders",
     "Finding": "chatcodec.inspection",
     "Report": "chatcodec.inspection",
     "inspect": "chatcodec.inspection",
