@@ -543,6 +543,24 @@ def test_a_growing_encode_that_fails_says_what_a_fresh_one_says(folder: Path) ->
     assert said[0] == said[1] and '"content": null' in said[0]
 
 
+def test_a_growing_encode_over_its_budget_is_not_rendered_again(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed render that ends in a LimitError is the encode's error: the usual encode would spend the
+    whole budget again to end the same way."""
+    template = ChatTemplate(
+        "{% for m in messages %}{{ m.content }}{% endfor %}", limits=limits.Limits(max_output=20_000)
+    )
+    codec = tokens.load(folder).with_template(template)
+    chat = [{"role": "user", "content": "x" * 9_000}, {"role": "user", "content": "y" * 9_000}]
+    for count in (1, 2):
+        codec.encode(chat[:count])
+    renders: list[Any] = []
+    original = ChatTemplate.render
+    monkeypatch.setattr(ChatTemplate, "render", lambda self, *a, **k: renders.append(a) or original(self, *a, **k))
+    with pytest.raises(limits.LimitError):
+        codec.encode([*chat, {"role": "user", "content": "z" * 3_000}])
+    assert renders == []
+
+
 def test_a_template_that_cannot_resume_copies_each_message_once(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Growing encodes with a template whose loop has a macro serialize each message: no render to resume, so
     no copy of the whole conversation for one (each message is copied once, when it is new)."""

@@ -35,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .exceptions import ChatcodecError, InputError, LoadError, SpecialTokenError
+from .exceptions import ChatcodecError, InputError, LimitError, LoadError, SpecialTokenError
 from .history import Entry, History, copy_of
 from .history import keys as history_keys
 from .injection import Marks, Shield, culprit, reads_marks, stand_ins_in, swap, template_variables_with_marks
@@ -428,6 +428,8 @@ class Codec:
         memo = Memo(base.record if trusted else None, trusted)
         try:
             rendered = self.template.render_resuming(memo, shielded, **options)
+        except LimitError:
+            raise  # a render over its budget: the usual encode's would be over it too, after spending it again
         except ChatcodecError:
             return None  # the usual encode renders the caller's own messages, and says what is wrong with them
         tokens, state = self._tokenize(
