@@ -155,6 +155,10 @@ CONSTRUCTS = {
     "{% set namespace = dict %}{{ namespace(c=2) }}",
     "macros called by name": "{% macro f(a, b=2) %}{{ a }}{{ b }}{% if a < 3 %}{{ f(a + 1, b=b) }}{% endif %}"
     "{% endmacro %}{{ f(1) }}{{ f(a=5) }}{{ f(b=0, a=4) }}{% macro g(x) %}<{{ f(x) }}>{% endmacro %}{{ g(2) }}",
+    "names set in a block": "{% for x in xs %}{% set c = x ~ '!' %}{{ c }}{% if loop.first %}{% for y in xs %}"
+    "{% set c = y %}{% endfor %}{% endif %}{% endfor %}{% for x in xs %}({{ c }}){% set c = x %}{{ c }}{% endfor %}"
+    "{% if xs %}{% set top = 1 %}{% endif %}{{ top }}{% set top = top ~ 2 %}{{ top }}"
+    "{% macro f() %}<{{ v }}>{% set v = 2 %}{{ v }}{% endmacro %}{{ f() }}",
     "tojson": "{{ d|tojson }}{{ xs|tojson(indent=2) }}{{ ds|tojson(indent='\t', sort_keys=true) }}{{ s|tojson }}",
 }
 VARIABLES = {

@@ -576,6 +576,7 @@ class _FastGenerator(sandbox._CodeGenerator):
                     self._defined.add(target)
             elif action == VAR_LOAD_UNDEFINED:
                 undefs.append(target)
+                self._defined.discard(target)  # a loop at the same depth before this one may have set it
             else:  # pragma: no cover - jinja2 has no other kind
                 raise _Unsupported(action)
         if undefs:
@@ -616,6 +617,22 @@ class _FastGenerator(sandbox._CodeGenerator):
                     start += f"\n{indent}{' = '.join(lazy)} = missing"
             code = code.replace(marker, start, 1)
         return code + "\n" + "\n".join(constants) + "\n"
+
+    def blockvisit(self, nodes: Iterable[nodes.Node], frame: Frame) -> None:
+        """jinja2's, forgetting at the block's end which names its ``{% set %}`` statements defined: they are
+        defined after it only along the paths that ran it (an ``{% if %}``'s body, one iteration of a loop)."""
+        defined = set(self._defined)
+        try:
+            super().blockvisit(nodes, frame)
+        finally:
+            self._defined = defined
+
+    def visit_Assign(self, node: nodes.Assign, frame: Frame) -> None:
+        """jinja2's; a name set by a statement of this block reads without a check for ``missing`` until the
+        block ends (``{% set content = ... %}{{ content }}``), as nothing in between can unset it."""
+        super().visit_Assign(node, frame)
+        if isinstance(node.target, nodes.Name):
+            self._defined.add(frame.symbols.ref(node.target.name))
 
     def visit_Name(self, node: nodes.Name, frame: Frame) -> None:
         if node.ctx == "load":
