@@ -159,7 +159,8 @@ class Budget:
 
     def renew(self) -> None:
         """Forget what was spent, for the next render of the thread (the caller sets ``limits`` and ``now``)."""
-        self.__dict__.clear()
+        if self.__dict__:  # a render that reached no checkpoint and made no long part wrote nothing there
+            self.__dict__.clear()
         self.steps = STEP_CHUNK
         self.output = None
 

@@ -20,6 +20,7 @@ import marshal
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from threading import get_ident as _get_ident
 from typing import Any
 
 from . import polyfills, sandbox
@@ -27,6 +28,7 @@ from .capabilities import Capabilities, probe
 from .exceptions import InputError, TemplateNotFoundError, TemplateRaisedError, TemplateRuntimeError
 from .limits import DEFAULT_LIMITS, Budget, Limits
 from .limits import current as _current_state
+from .limits import recorded as _recorded_state
 
 __all__ = ["ChatTemplate"]
 
@@ -233,8 +235,10 @@ class ChatTemplate:
         if continue_final_message:
             chat = list(chat)  # the caller's own list, when it needed no conversion: tag a copy
             continued = _tag_final_message(chat, continue_final_message, self._sources["default"])
-        # this thread's budget from its last short render, renewed, else a new one (limits.current)
-        state = _current_state()
+        # this thread's budget from its last short render, renewed, else a new one (limits.current, inline)
+        state = _recorded_state(None)
+        if state is None or state.thread != _get_ident():
+            state = _current_state()
         budget = state.spare
         if budget is None:
             budget = Budget(self.limits, now)
