@@ -506,3 +506,33 @@ def test_generation_spans_match_transformers_verified_offsets() -> None:
     )
     pair = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]
     assert ChatTemplate(macro).render_spans(pair)[1] == [(0, 5), (14, 19)]
+
+
+class _Str(str):
+    pass
+
+
+def test_plainness_verdicts_kept_by_marshal_bytes_are_the_walks() -> None:
+    """Values marshal writes alike get the same verdict: a plain one and its look-alikes that are not
+    (a tuple, a subclass, bytes against bytearray, an int key) each get their own, the second time too."""
+    from chatcodec import render
+
+    schema = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["a"]}}}
+    values = [
+        [schema],
+        [{**schema, "function": {**schema["function"], "parameters": {"required": ("a",)}}}],
+        [{"name": _Str("f")}],
+        [{"a": b"x"}],
+        [{"a": bytearray(b"x")}],
+        [{1: "a"}],
+        [{"a": [1, 2.5, None, True, {"b": "c"}]}],
+        [{"a": {1, 2}}],
+    ]
+    expected = [True, False, False, False, False, False, True, False]
+    for _ in range(2):  # the second round reads the verdicts kept
+        assert [render._all_plain(value) for value in values] == expected
+        assert [render._walked_plain(value) for value in values] == expected
+    rendered = ChatTemplate("{{ tools[0].function.parameters.required }}").render(
+        [{"role": "user", "content": "hi"}], tools=values[1]
+    )
+    assert rendered == "('a',)"  # copied, a tuple still, as transformers' conversion copies it (parity §5.3)
