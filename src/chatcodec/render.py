@@ -486,47 +486,13 @@ _PLAIN_CONTAINERS = 1 << 16
 
 
 def _all_plain(containers: list[Any]) -> bool:
-    """:func:`_walked_plain`, remembered for the values marshal writes the same bytes for.
-
-    The same tools, documents and tool calls come with every request of a chat, and walking them in Python
-    costs more than rendering most templates (3.5 us for two tools' schemas). ``marshal`` writes only values
-    of exact built-in types (a subclass, or any other object, is a ValueError, and nothing of the caller's
-    runs), one type code per value: two values it writes alike have the same types everywhere, so the same
-    verdict (a bytes-like object it writes as bytes is not plain either way). Its bytes are written in C in
-    a third of the walk's time, and the verdict is then a dict lookup.
-
-    >>> _all_plain([{"a": [1, 2.5, None, {"b": True}]}]), _all_plain([{"a": (1,)}]), _all_plain([{1: "a"}])
-    (True, False, False)
-    """
-    try:
-        key = _marshal(containers)
-    except (ValueError, RecursionError):  # not exact built-in types, or nested past marshal's depth
-        return _walked_plain(containers)
-    verdict = _VERDICTS.get(key)
-    if verdict is None:
-        verdict = _walked_plain(containers)
-        if len(key) <= _VERDICT_BYTES:
-            if len(_VERDICTS) >= _VERDICT_ENTRIES:
-                _VERDICTS.clear()  # bounded: the values of the chats being served come back at once
-            _VERDICTS[key] = verdict
-    return verdict
-
-
-_marshal = marshal.dumps
-#: :func:`_all_plain`'s verdicts by the values' marshal bytes (at most 256 entries of at most 16 KiB)
-_VERDICTS: dict[bytes, bool] = {}
-_VERDICT_ENTRIES = 256
-_VERDICT_BYTES = 16 << 10
-
-
-def _walked_plain(containers: list[Any]) -> bool:
     """Whether the dicts and lists in ``containers`` hold nothing but plain JSON: exact ``str`` keys, and
     values of exact types ``str``, ``int``, ``float``, ``bool``, ``None``, ``dict`` or ``list``, at every level.
 
     Walked level by level, without recursion; False (the caller then copies) when it would take too long.
 
-    >>> _walked_plain([{"a": [1, 2.5, None, {"b": True}]}]), _walked_plain([{"a": (1,)}])
-    (True, False)
+    >>> _all_plain([{"a": [1, 2.5, None, {"b": True}]}]), _all_plain([{"a": (1,)}]), _all_plain([{1: "a"}])
+    (True, False, False)
     """
     level = containers
     seen = 0
@@ -561,6 +527,43 @@ def _walked_plain(containers: list[Any]) -> bool:
             return True
         level = nested
     return False
+
+
+def _known_plain(containers: list[Any]) -> bool:
+    """:func:`_all_plain` of tools and documents, remembered for the values marshal writes the same bytes for.
+
+    The same tools and documents come with every request of a chat, and walking them in Python
+    costs more than rendering most templates (3.5 us for two tools' schemas). ``marshal`` writes only values
+    of exact built-in types (a subclass, or any other object, is a ValueError, and nothing of the caller's
+    runs), one type code per value: two values it writes alike have the same types everywhere, so the same
+    verdict (a bytes-like object it writes as bytes is not plain either way). Its bytes are written in C in
+    a third of the walk's time, and the verdict is then a dict lookup.
+
+    Messages are not looked up so: a render that resumes (:mod:`chatcodec.resuming`) checks only the new ones,
+    and a dataset's are all different (a lookup that misses costs 1.8x the walk).
+
+    >>> _known_plain([{"a": [1, 2.5, None, {"b": True}]}]), _known_plain([{"a": (1,)}]), _known_plain([{1: "a"}])
+    (True, False, False)
+    """
+    try:
+        key = _marshal(containers)
+    except (ValueError, RecursionError):  # not exact built-in types, or nested past marshal's depth
+        return _all_plain(containers)
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        verdict = _all_plain(containers)
+        if len(key) <= _VERDICT_BYTES:
+            if len(_VERDICTS) >= _VERDICT_ENTRIES:
+                _VERDICTS.clear()  # bounded: the values of the chats being served come back at once
+            _VERDICTS[key] = verdict
+    return verdict
+
+
+_marshal = marshal.dumps
+#: :func:`_known_plain`'s verdicts by the values' marshal bytes (at most 256 entries of at most 16 KiB)
+_VERDICTS: dict[bytes, bool] = {}
+_VERDICT_ENTRIES = 256
+_VERDICT_BYTES = 16 << 10
 
 
 def _convert(value: Any) -> Any:
@@ -706,7 +709,7 @@ def _tool_schemas(tools: Sequence[Any] | None, read: bool = True) -> list[Any] |
             if tool.__class__ is not dict:
                 break
         else:
-            if not read or _all_plain(tools):
+            if not read or _known_plain(tools):
                 return tools  # plain JSON schemas, shared as they are (the template cannot change them)
     if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
         raise InputError(f"tools must be a list of tool schemas or functions, not {type(tools).__name__}.")
@@ -734,7 +737,7 @@ def _documents(documents: Sequence[Any] | None) -> list[Any] | None:
     for document in documents:
         if not isinstance(document, dict):
             raise InputError(f"Documents should be a list of dicts with 'title' and 'text' keys! Got {document!r}.")
-    if type(documents) is list and _all_plain(documents):
+    if type(documents) is list and _known_plain(documents):
         return documents
     return plain(list(documents))  # type: ignore[no-any-return]
 
