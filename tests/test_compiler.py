@@ -177,6 +177,31 @@ def test_constructs_render_the_same_on_both_paths(name: str) -> None:
     assert compiled == generic
 
 
+MESSAGE_LOOPS = {
+    "the messages": "{% for m in messages %}{{ m.role }}{{ m['content'] }}{{ m.missing }}{{ m.role }}"
+    "{% for x in [1] %}{{ m.content }}{% endfor %}{% endfor %}",
+    "a slice kept under a name": "{% set rest = messages[1:] %}{% set more = rest %}{% for m in more %}{{ m.role }}"
+    "{{ m.name is defined }}{% endfor %}",
+    "messages bound to other values": "{% set messages = ['a role', 5] %}{% for m in messages %}"
+    "{{ m.count|string|length > 0 }}"
+    "{{ m['role'] }}{% endfor %}",
+    "a name that may come from the variables": "{% if false %}{% set lm = messages %}{% endif %}"
+    "{% for m in lm %}{{ m.index|string|length > 0 }}{{ m['count']|string|length > 0 }}{% endfor %}",
+    "a name set to a message": "{% set lm = messages[0] %}{% for k in lm %}{{ k }}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", list(MESSAGE_LOOPS))
+def test_loops_over_the_messages_render_the_same_on_both_paths(name: str) -> None:
+    """Items of a loop over the messages are read as dicts with no type check: only where every value of the
+    loop's list is the render's messages (dicts) or a slice of them; elsewhere a str item reads `.count`."""
+    variables = {**VARIABLES, "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}
+    variables["lm"] = ["role text", "index"]
+    compiled, generic = both_paths(MESSAGE_LOOPS[name], variables)
+    assert isinstance(generic, str), generic
+    assert compiled == generic
+
+
 def test_what_the_compiler_leaves_alone_takes_the_generic_path() -> None:
     recursive = (
         "{% for x in [[1, [2]]] recursive %}{% if x is iterable %}{{ loop(x) }}{% else %}{{ x }}{% endif %}{% endfor %}"

@@ -336,11 +336,23 @@ _RUNTIME: dict[str, Any] = {
 class _FastGenerator(sandbox._CodeGenerator):
     """jinja2's code generator (through the sandbox's), writing specialized Python for plain values."""
 
-    def __init__(self, name: str | None, uses: dict[tuple[Any, ...], int] | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None,
+        uses: dict[tuple[Any, ...], int] | None = None,
+        context_names: Iterable[str] | None = None,
+    ) -> None:
         super().__init__(environment, name, None, optimized=True)
         #: how often each kept lookup is written, from a first pass over the template (None: this is it);
         #: a lookup written once is not worth keeping
         self._known_uses = uses
+        #: the names some frame reads from the render's variables, from the first pass (None: this is it)
+        self._context_names = None if context_names is None else frozenset(context_names)
+        #: names that only ever hold the render's messages or slices of them (see _message_lists)
+        self._message_lists: frozenset[str] = frozenset()
+        #: the items of loops over those: dicts (render normalizes every message to one), read with no type check
+        self._dict_items: set[str] = set()
+        self._dict_markers: set[str] = set()
         self._uses: dict[tuple[Any, ...], int] = {}
         self._scopes = 0
         self._fast_loops: dict[str, tuple[str, str, str]] = {}
@@ -469,6 +481,12 @@ class _FastGenerator(sandbox._CodeGenerator):
             return True
         miss = f"_cc_getattr({value}, {key!r})" if isinstance(node, nodes.Getattr) else f"_cc_getitem({value}, {key!r})"
         absent = "None" if truth else f"undefined(obj={value}, name={key!r})"
+        if self._is_dict(node.node, frame):
+            self.write(f"({ident} if {ident} is not missing else ({ident} := {value}[{key!r}])")
+            self.write(f" if {key!r} in ({value} := ")
+            self.visit(node.node, frame)
+            self.write(f") else {absent})")
+            return True
         self.write(f"({ident} if {ident} is not missing else (({ident} := {value}[{key!r}]) if {key!r} in {value}")
         self.write(f" else {absent}) if type({value} := ")
         self.visit(node.node, frame)
@@ -499,6 +517,8 @@ class _FastGenerator(sandbox._CodeGenerator):
             and not find_undeclared(m.body, ("caller", "kwargs", "varargs"))
         }
         self._only_direct = _only_called(node, self._direct_candidates)
+        if self._context_names is not None:
+            self._message_lists = _message_lists(node, self._context_names)
         self._plan = resuming.plan(node)
         frame = Frame(eval_ctx)
         frame.symbols.analyze_node(node)
@@ -564,6 +584,10 @@ class _FastGenerator(sandbox._CodeGenerator):
         # jinja2's, with names resolved from the render's variables (then the environment's globals)
         undefs = []
         for target, (action, param) in frame.symbols.loads.items():
+            if action == VAR_LOAD_ALIAS and param in self._dict_items:
+                self._dict_items.add(target)  # a loop's item, read in a frame of its body
+            else:
+                self._dict_items.discard(target)  # a frame at the same depth before this one may have had it
             if action == VAR_LOAD_PARAMETER:
                 pass
             elif action == VAR_LOAD_RESOLVE:
@@ -611,7 +635,9 @@ class _FastGenerator(sandbox._CodeGenerator):
                 ref = fetched[0][0]
                 gets = "; ".join(f"{ident} = {ref}.get({key!r}, missing)" for _, key, ident in fetched)
                 indent = code[: code.index(marker)].rsplit("\n", 1)[-1]
-                start = f"if type({ref}) is dict: {gets}\n{indent}else: {start}"
+                if marker not in self._dict_markers:  # an item that may not be a dict
+                    gets = f"if type({ref}) is dict: {gets}\n{indent}else: {start}"
+                start = gets
                 lazy = [ident for ident in idents if ident not in {i for _, _, i in fetched}]
                 if lazy:
                     start += f"\n{indent}{' = '.join(lazy)} = missing"
@@ -980,6 +1006,9 @@ class _FastGenerator(sandbox._CodeGenerator):
         if isinstance(target, nodes.Name) and any(n.name == target.name for n in _stores(node.body)):
             item = []
         self._open_caches(item, prefetch=True)
+        if item and item[0] in self._caches and _lists_messages(iterable, self._message_lists):
+            self._dict_items.update(item)
+            self._dict_markers.add(self._caches[item[0]]["#"])
         outer_items = self._memo_items  # a loop in the resumable one: its body's reads are recorded too
         if memo:
             self._memo_items = self._plan.items  # type: ignore[union-attr]
@@ -995,6 +1024,7 @@ class _FastGenerator(sandbox._CodeGenerator):
                 self.writeline("break")
                 self.outdent()
         self._close_caches(item)
+        self._dict_items.difference_update(item)
         if memo:
             self.writeline("_mq.end()")
         if indicator is not None:
@@ -1152,6 +1182,9 @@ class _FastGenerator(sandbox._CodeGenerator):
         if self._cached(node, attr, frame):
             return
         value = self._temp()
+        if self._is_dict(node.node, frame):
+            self._dict_read(node, attr, value, frame)
+            return
         if isinstance(node.node, nodes.Name):
             # a name may hold a namespace (`ns.found`): its attributes are read from its own dict
             kind = self._temp()
@@ -1167,6 +1200,18 @@ class _FastGenerator(sandbox._CodeGenerator):
         self.write(" if type(" + value + " := ")
         self.visit(node.node, frame)
         self.write(f") is dict else _cc_getattr({value}, {attr!r}))")
+
+    def _is_dict(self, node: nodes.Node, frame: Frame) -> bool:
+        """Whether ``node`` is the item of a loop over the messages (a dict: see _message_lists)."""
+        if not isinstance(node, nodes.Name) or node.ctx != "load":
+            return False
+        return frame.symbols.find_ref(node.name) in self._dict_items
+
+    def _dict_read(self, node: nodes.Getattr | nodes.Getitem, key: str, value: str, frame: Frame) -> None:
+        """``message.key`` or ``message['key']`` of a message: its value, or undefined without it."""
+        self.write(f"({value}[{key!r}] if {key!r} in ({value} := ")
+        self.visit(node.node, frame)
+        self.write(f") else undefined(obj={value}, name={key!r}))")
 
     def visit_NSRef(self, node: nodes.NSRef, frame: Frame) -> None:
         # `{% set ns.found = true %}`: the namespace's own dict, where the sandbox's __setitem__ would put it
@@ -1239,6 +1284,9 @@ class _FastGenerator(sandbox._CodeGenerator):
         value = self._temp()
         if type(key) is str and key not in _DICT_ATTRIBUTES:
             if self._cached(node, key, frame):
+                return
+            if self._is_dict(node.node, frame):
+                self._dict_read(node, key, value, frame)
                 return
             self.write(f"(({value}[{key!r}] if {key!r} in {value} else undefined(obj={value}, name={key!r}))")
             self.write(" if type(" + value + " := ")
@@ -1825,6 +1873,40 @@ def _stores(body: Iterable[nodes.Node]) -> Iterator[nodes.Name]:
                 yield name
 
 
+def _message_lists(tree: nodes.Template, context_names: frozenset[str]) -> frozenset[str]:
+    """The names that only ever hold the render's messages, or slices of them: lists of dicts.
+
+    ``messages`` is the render's (every message a dict: chatcodec.render normalizes them) unless the template
+    binds it otherwise; ``loop_messages`` is one if every ``{% set %}`` of it is ``messages`` or a slice of
+    one of these, and no frame reads it from the render's variables (a path that left it unset would).
+
+    >>> tree = environment.parse("{% set rest = messages[1:] %}{% set other = messages[0] %}{% set m2 = rest %}")
+    >>> sorted(_message_lists(tree, frozenset({"messages"})))
+    ['m2', 'messages', 'rest']
+    """
+    values: dict[str, list[nodes.Node | None]] = {"messages": []}
+    targets = set()
+    for assign in tree.find_all(nodes.Assign):
+        if isinstance(assign.target, nodes.Name):
+            values.setdefault(assign.target.name, []).append(assign.node)
+            targets.add(id(assign.target))
+    # a loop's target, a macro's parameter, a `{% with %}` name...
+    bound_otherwise = {n.name for n in tree.find_all(nodes.Name) if n.ctx != "load" and id(n) not in targets}
+    lists = {n for n in values if n not in bound_otherwise and (n == "messages" or n not in context_names)}
+    while True:  # drop the names some value of which is not one of the others
+        kept = {n for n in lists if all(_lists_messages(value, lists) for value in values[n])}
+        if kept == lists:
+            return frozenset(lists)
+        lists = kept
+
+
+def _lists_messages(node: nodes.Node | None, lists: Iterable[str]) -> bool:
+    """Whether ``node`` is one of ``lists`` (see _message_lists), or a slice of one."""
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+        node = node.node
+    return isinstance(node, nodes.Name) and node.name in lists
+
+
 def _counted_parts(iterable: nodes.Expr) -> tuple[nodes.Expr, int]:
     """A loop's iterable without the sandbox's counting filter, and the weight that filter charges."""
     if isinstance(iterable, nodes.Filter) and iterable.name == "_cc_counted":
@@ -1948,7 +2030,7 @@ def fast_template(source: str) -> FastTemplate | None:
         tree = environment._parse(source, None, None)
         counting = _FastGenerator(None)  # a first pass counts how often each lookup is read
         counting.visit(tree)
-        generator = _FastGenerator(None, counting._uses)
+        generator = _FastGenerator(None, counting._uses, counting._resolved)
         generator.visit(tree)
         code = generator.finish(generator.stream.getvalue())  # type: ignore[attr-defined]
         namespace = dict(_RUNTIME)
