@@ -530,19 +530,17 @@ def _all_plain(containers: list[Any]) -> bool:
 
 
 def _known_plain(containers: list[Any]) -> bool:
-    """:func:`_all_plain` of tools, documents and the tool calls of messages, remembered for the values marshal
-    writes the same bytes for.
+    """:func:`_all_plain` of tools and documents, remembered for the values marshal writes the same bytes for.
 
-    The same tools and documents come with every request of a chat, and so do the earlier messages' tool calls
-    (a server renders the whole chat each time); walking them in Python costs more than rendering most templates
-    (3.5 us for two tools' schemas, 1.4 us for one tool call). ``marshal`` writes only values
+    The same tools and documents come with every request of a chat, and walking them in Python costs more than
+    rendering most templates (3.5 us for two tools' schemas). ``marshal`` writes only values
     of exact built-in types (a subclass, or any other object, is a ValueError, and nothing of the caller's
     runs), one type code per value: two values it writes alike have the same types everywhere, so the same
     verdict (a bytes-like object it writes as bytes is not plain either way). Its bytes are written in C in
     a third of the walk's time, and the verdict is then a dict lookup.
 
-    A value never seen before (a dataset's rows all differ) costs its marshal bytes and a lookup more than the
-    walk: about 1 us a tool call, against the 300 us or so of formatting a row.
+    Messages are walked instead: a growing chat's list of them is new at every request (and a render that
+    resumes checks only the new ones), and for a small value the bytes and a lookup cost more than the walk.
 
     >>> _known_plain([{"a": [1, 2.5, None, {"b": True}]}]), _known_plain([{"a": (1,)}]), _known_plain([{1: "a"}])
     (True, False, False)
@@ -653,7 +651,7 @@ def _normalized_mixed(messages: list[Any]) -> list[dict[str, Any]]:
         if chat is None:
             chat = messages[:index]
         chat.append(_normalized_message(message, index))
-    if nested and not _known_plain(nested):
+    if nested and not _all_plain(nested):
         return _normalized_copy(messages)
     return messages if chat is None else chat
 
