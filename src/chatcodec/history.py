@@ -9,7 +9,9 @@ marks in its new messages only, and tokenizes only from where its prompt stops a
 
 Correctness never rests on the memory: a message is reused only if it equals the copy kept, and tokens
 only up to a point the new prompt text (rendered in full every time) provably agrees with. A template that
-rewrites history (Qwen3 drops the reasoning of earlier turns) simply resumes earlier.
+rewrites history (Qwen3 drops the reasoning of earlier turns) simply resumes earlier. An encode that asks for
+the assistant mask also keeps what the mask's marked render, anchors, turns and bits were
+(:class:`chatcodec.masks.MaskMemory`), for the next one to go on from.
 
 The memory is bounded in entries and in (estimated) bytes, least recently used first out, and safe to
 share between threads.
@@ -22,11 +24,14 @@ import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .exceptions import InputError
 from .resuming import Record
 from .vocab import Tokenized
+
+if TYPE_CHECKING:
+    from .masks import MaskMemory
 
 __all__ = ["Entry", "History", "copy_of", "keys"]
 
@@ -44,8 +49,8 @@ class Entry:
     """
 
     __slots__ = (
-        "copies", "key", "loose", "marked", "policy", "record", "seen", "size", "swapped", "swapped_chars", "table",
-        "tokens",
+        "copies", "key", "loose", "marked", "mask", "policy", "record", "seen", "size", "swapped", "swapped_chars",
+        "table", "tokens",
     )  # fmt: skip
 
     def __init__(
@@ -81,6 +86,9 @@ class Entry:
         #: (index, marshal form) of the copies that hold more than text: ``==`` does not tell ``1`` from
         #: ``True`` or ``1.0``, nor one order of a nested object's keys from another
         self.loose: list[tuple[int, bytes]] = []
+        #: what the assistant mask of this encode left for the next one (:class:`chatcodec.masks.MaskMemory`),
+        #: set once by :meth:`History.keep_mask`
+        self.mask: MaskMemory | None = None
 
     def keep_render(self, seen: list[Any], record: Record, base: Entry | None, trusted: int) -> None:
         """Keep the messages a render saw and its record, for the next encode to resume from; the copies
@@ -214,6 +222,20 @@ class History:
             if len(slot) > _PER_KEY:
                 self._drop(slot[0])
             while (self._count > self.entries or self._bytes > self.max_bytes) and self._slots:
+                oldest = next(iter(self._slots.values()))
+                self._drop(oldest[0])
+
+    def keep_mask(self, entry: Entry, memory: MaskMemory) -> None:
+        """Keep what ``entry``'s assistant mask left for the next encode, counted in the bytes (the mask is
+        worked out after the encode is remembered); nothing if the entry is gone or it would not fit."""
+        with self._lock:
+            slot = self._slots.get(entry.key)
+            if entry.mask is not None or slot is None or entry not in slot or entry.size + memory.size > self.max_bytes:
+                return
+            entry.mask = memory
+            entry.size += memory.size
+            self._bytes += memory.size
+            while self._bytes > self.max_bytes and self._slots:
                 oldest = next(iter(self._slots.values()))
                 self._drop(oldest[0])
 

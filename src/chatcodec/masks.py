@@ -26,26 +26,28 @@ from __future__ import annotations
 
 import marshal
 import re
+import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from itertools import accumulate
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from itertools import accumulate, compress, islice, repeat
+from operator import add, attrgetter, itemgetter
+from typing import TYPE_CHECKING, Any, NamedTuple
 from weakref import WeakKeyDictionary
 
 from jinja2 import nodes
 
 from .exceptions import ChatcodecError, InputError, MaskError
 from .render import plain
+from .resuming import Memo, Record
 from .vocab import common_prefix
 
 if TYPE_CHECKING:
     from .tokens import Codec, Encoding
     from .vocab import Run
 
-__all__ = ["Layout", "assistant_mask", "has_generation_tags", "layout", "message_token_spans"]
+__all__ = ["Growing", "Layout", "MaskMemory", "assistant_mask", "has_generation_tags", "layout", "message_token_spans"]
 
 _MARK_FIRST, _MARK_LAST = 0xF0000, 0xFFFFD
 _MARK_RANGE = re.compile("[\U000f0000-\U000ffffd]")
@@ -68,12 +70,18 @@ class Layout:
     generation_spans: list[tuple[int, int]] | None
     special: re.Pattern[str]
     added: re.Pattern[str]
-    #: finds the anchors, the reason they could not be found (or None) and the header
-    locate: Callable[[], tuple[list[list[tuple[int, str]]], str | None, str | None]]
+    #: finds the anchors, the reason they could not be found (or None), the header, and what a growing
+    #: conversation's next encode can start from (or None)
+    locate: Callable[[], tuple[list[list[tuple[int, str]]], str | None, str | None, MaskMemory | None]]
 
     @cached_property
-    def _located(self) -> tuple[list[list[tuple[int, str]]], str | None, str | None]:
+    def _located(self) -> tuple[list[list[tuple[int, str]]], str | None, str | None, MaskMemory | None]:
         return self.locate()
+
+    @property
+    def memory(self) -> MaskMemory | None:
+        """What this encode leaves the next encode of its conversation, when it grew from the last one."""
+        return self._located[3]
 
     @property
     def anchors(self) -> list[list[tuple[int, str]]]:
@@ -110,13 +118,23 @@ def layout(
     escapes: dict[str, str],
     text: str,
     spans: list[tuple[int, int]] | None = None,
+    growing: Growing | None = None,
 ) -> Layout:
     """Where every message landed: the ``{% generation %}`` spans of a tagged template (``spans``, when the
-    encode's render tracked them, else from a render of its own), or the anchors of a marked render."""
+    encode's render tracked them, else from a render of its own), or the anchors of a marked render (which
+    resumes the last encode's of the conversation, with ``growing``)."""
     vocab = codec._require_tokenizer()
     special, added = _patterns(vocab, codec.template.special_tokens)
-    chat = [m if isinstance(m, dict) else plain(m) for m in getattr(messages, "messages", messages)]
-    roles = [m.get("role") if isinstance(m, dict) and isinstance(m.get("role"), str) else None for m in chat]
+    source = getattr(messages, "messages", messages)
+    previous = growing.previous if growing is not None else None
+    if previous is not None and type(source) is list:
+        # the codec's own copies of a growing conversation (plain JSON): the roles of those seen as before are known
+        chat = source
+        known = min(growing.trusted, len(previous.roles))  # type: ignore[union-attr]
+        roles = previous.roles[:known] + _roles(chat[known:])
+    else:
+        chat = [m if isinstance(m, dict) else plain(m) for m in source]
+        roles = _roles(chat)
 
     generation_spans = None
     if has_generation_tags(tuple(codec.template.sources.values())):
@@ -132,7 +150,13 @@ def layout(
         else:
             generation_spans = list(spans)  # no stand-in to put back: the render's positions are the text's
 
-    def locate() -> tuple[list[list[tuple[int, str]]], str | None, str | None]:
+    def locate() -> tuple[list[list[tuple[int, str]]], str | None, str | None, MaskMemory | None]:
+        if growing is not None:
+            memory = _anchors_growing(codec, chat, roles, options, rendered, escapes, text, growing)
+            if memory is not None:
+                memory.header = _generation_header(codec, chat, roles, options)
+                memory.roles = roles
+                return memory.anchors, None, memory.header, memory
         anchors: list[list[tuple[int, str]]] = [[] for _ in chat]
         failure = None
         for only_assistant in (False, True):
@@ -141,9 +165,13 @@ def layout(
                 anchors, failure = found, None
                 break
             failure = found
-        return anchors, failure, _generation_header(codec, chat, roles, options)
+        return anchors, failure, _generation_header(codec, chat, roles, options), None
 
     return Layout(text, roles, generation_spans, special, added, locate)
+
+
+def _roles(chat: list[Any]) -> list[str | None]:
+    return [m.get("role") if isinstance(m, dict) and isinstance(m.get("role"), str) else None for m in chat]
 
 
 #: per vocabulary, per template special tokens (their texts in order): the special and the added tokens' patterns
@@ -198,8 +226,26 @@ def _anchors(
     """Each message's anchors, or the reason the marked render could not be used."""
     reserved = set() if rendered.isascii() else set(_MARK_RANGE.findall(rendered))
     marker = _Marker(reserved)
+    marked = _marked(chat, roles, marker, 0, only_assistant=only_assistant)
+    if not marker.leaves:
+        return [[] for _ in chat]
+    try:
+        output = codec.template.render(marked, **options)
+    except ChatcodecError as exc:
+        return f"the template failed on marked content ({exc})"
+    scan = _anchors_in if all(len(char) == 1 for char in escapes.values()) else _anchors_scan
+    return scan(output, marker.leaves, escapes, text, len(chat))
+
+
+def _marked(
+    chat: list[Any], roles: list[str | None], marker: _Marker, first: int, *, only_assistant: bool = False
+) -> list[Any]:
+    """The messages from ``first`` on with their content strings wrapped by ``marker`` (in order: the markers
+    of a message depend on the messages before it only)."""
     marked = []
-    for index, message in enumerate(chat):
+    for index in range(first, len(chat)):
+        message = chat[index]
+        marker.counters.append(marker.next)
         if not isinstance(message, dict) or (only_assistant and roles[index] != "assistant"):
             marked.append(message)
             continue
@@ -215,14 +261,7 @@ def _anchors(
             if isinstance(message.get("function_call"), dict):
                 message["function_call"] = _mark_call(message["function_call"], marker, index)
         marked.append(message)
-    if not marker.leaves:
-        return [[] for _ in chat]
-    try:
-        output = codec.template.render(marked, **options)
-    except ChatcodecError as exc:
-        return f"the template failed on marked content ({exc})"
-    scan = _anchors_in if all(len(char) == 1 for char in escapes.values()) else _anchors_scan
-    return scan(output, marker.leaves, escapes, text, len(chat))
+    return marked
 
 
 def _anchors_scan(
@@ -277,12 +316,24 @@ def _anchors_in(
 
 
 class _Marker:
-    """Hands out marker characters, two per content string, none that the prompt already holds."""
+    """Hands out marker characters, two per content string, none that the prompt already holds.
 
-    def __init__(self, reserved: set[str]) -> None:
+    A marker that goes on from an earlier one (``leaves`` and ``first``: the markers it handed out to the
+    messages before, and the next character) marks the later messages as the earlier one would have.
+    """
+
+    def __init__(
+        self, reserved: set[str], leaves: dict[str, tuple[int, str]] | None = None, first: int = _MARK_FIRST
+    ) -> None:
         self.reserved = reserved
-        self.leaves: dict[str, tuple[int, str]] = {}
-        self._next = _MARK_FIRST
+        self.leaves: dict[str, tuple[int, str]] = leaves if leaves is not None else {}
+        self._next = first
+        #: the next character's code point before each message was marked (:func:`_marked`)
+        self.counters: list[int] = []
+
+    @property
+    def next(self) -> int:
+        return self._next
 
     def wrap(self, value: Any, index: int, kind: str) -> Any:
         if isinstance(value, str):
@@ -344,6 +395,278 @@ def _expander(rendered: str, escapes: dict[str, str]) -> Any:
         return position + sum(extra for at, extra in grow if at < position)
 
     return expand
+
+
+# --- a growing conversation ------------------------------------------------------------------------------
+
+
+class Growing(NamedTuple):
+    """What an encode of a conversation that grew from the last one gives its mask: the last encode's
+    :class:`MaskMemory` (or None), how many leading messages the encode saw as the last one did (the same
+    objects, unchanged: ``trusted``), and where to keep this encode's memory (or None)."""
+
+    previous: MaskMemory | None
+    trusted: int
+    keep: Callable[[MaskMemory], None] | None
+
+
+class MaskMemory:
+    """What the default assistant mask of one encode leaves the next encode of the same conversation, so that
+    its cost follows the new messages, not the history (a serving or agent loop encodes the whole chat at
+    every turn).
+
+    * The **marked render** resumes the last one (:mod:`chatcodec.resuming`): the marked copies of the
+      messages it saw as before are the ones it rendered (``seen``), and the markers go on from where those
+      messages' ended (``counters``, ``leaves``), so the marked copies are what a fresh marking would make.
+    * The **anchors** before the first character where the two marked renders, or the two prompts, differ
+      are the last ones (``places``, ``marks``, ``owners``); only the rest of the render is read, and checked
+      against the rest of the prompt. Anchors of messages the render did not see as before are read again.
+    * The **turns** whose text and neighbours lie before that point and belong to messages that kept all
+      their anchors are the last ones (``regions``); the others are found again.
+    * The **mask** of the leading tokens that are the very same (the prompt's runs, kept by the tokenizer)
+      and end before the first turn that changed is the last one's; the rest is worked out again.
+
+    Every step checks what it reuses, so the mask is always the one a codec without memory computes; what
+    cannot be read this way (a prompt that holds characters of the markers' range, stand-ins for several
+    characters, a template that looks at the marked text) is worked out in full.
+    """
+
+    __slots__ = (
+        "anchors", "at", "counters", "done", "emitted", "escapes", "firsts", "header", "keep", "kept_spans",
+        "leaves", "lo", "marks", "mask", "nexts", "output", "owners", "places", "previous", "reach", "record",
+        "regions", "roles", "runs", "seen", "size", "spans", "special", "starts", "text",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        seen: list[Any],
+        record: Record | None,
+        counters: list[int],
+        leaves: dict[str, tuple[int, str]],
+        output: str,
+        text: str,
+        escapes: dict[str, str],
+    ) -> None:
+        #: the marked messages the marked render saw (normalized), and its record: what the next one resumes
+        self.seen = seen
+        self.record = record
+        #: the first marker's code point of each message, and the next one after the last
+        self.counters = counters
+        #: marker -> (message index, kind), in the order they were handed out
+        self.leaves = leaves
+        self.output = output
+        self.text = text
+        self.escapes = escapes
+        #: of every anchor in the order of the text: its place in ``text``, in ``output``, its (message, kind),
+        #: and the highest message index of the anchors up to it
+        self.places: list[int] = []
+        self.marks: list[int] = []
+        self.owners: list[tuple[int, str]] = []
+        self.reach: list[int] = []
+        self.anchors: list[list[tuple[int, str]]] = []
+        self.roles: list[str | None] = []
+        #: up to where (in ``text``) the anchors are the last encode's, and the first message whose are not
+        self.at = 0
+        self.lo = 0
+        self.header: str | None = None
+        self.special: re.Pattern[str] | None = None
+        #: per assistant turn (in the order of the messages): (message, next anchored message, first anchor
+        #: of that one, start, end); the next ones' indices; how many spans the turns before each gave (the
+        #: turns with text); the spans
+        self.regions: list[tuple[int, int, int, int, int]] | None = None
+        self.nexts: list[int] = []
+        self.emitted: list[int] = [0]
+        self.spans: list[tuple[int, int]] = []
+        #: how many of the spans are the last encode's
+        self.kept_spans = 0
+        #: the runs the mask is of, where each starts in the text, the index of its first token (and the
+        #: count); the mask
+        self.runs: list[Run] | None = None
+        self.starts: list[int] = []
+        self.firsts: list[int] = []
+        self.mask: list[int] | None = None
+        #: the last encode's memory and where to keep this one, while it is being made (then dropped: memories
+        #: do not chain); once kept (``done``), it is read, never changed (other threads read it)
+        self.previous: MaskMemory | None = None
+        self.keep: Callable[[MaskMemory], None] | None = None
+        self.done = False
+        self.size = 0
+
+    def finish(self) -> None:
+        """Done with the last encode's memory: keep this one where the encode said."""
+        keep, self.keep, self.previous, self.done = self.keep, None, None, True
+        self.size = self.estimate()
+        if keep is not None:
+            keep(self)
+
+    def estimate(self) -> int:
+        """About how many bytes this memory holds beyond the prompt and its runs (the encode's own)."""
+        record = self.record
+        return (
+            8 * len(self.output)  # the render and the marked copies of the messages' text, markers make both wide
+            + 100 * len(self.leaves)
+            + 90 * len(self.places)
+            + 68 * len(self.anchors)
+            + 160 * len(self.regions or ())
+            + 80 * len(self.starts)
+            + 8 * len(self.mask or ())
+            + (24 * len(record.offsets) if record is not None else 0)
+        )
+
+
+def _anchors_growing(
+    codec: Codec,
+    chat: list[Any],
+    roles: list[str | None],
+    options: dict[str, Any],
+    rendered: str,
+    escapes: dict[str, str],
+    text: str,
+    growing: Growing,
+) -> MaskMemory | None:
+    """The anchors of a conversation that grew from the last encode's, in a :class:`MaskMemory`: its marked
+    render resumed, and read from where it differs from the last one. None when the marked render cannot be
+    read this way (the usual path then says why)."""
+    # The markers reserve nothing: a prompt that holds a character of their range (which a fresh marking would
+    # skip) fails the reading below, which then leaves it to the usual path (no scan of the prompt for them)
+    if any(len(char) != 1 for char in escapes.values()):
+        return None  # places in the render would not be places in the prompt
+    previous = growing.previous
+    start = min(growing.trusted, len(previous.counters) - 1, len(chat)) if previous is not None else 0
+    if previous is None or not start:
+        previous, start, marker = None, 0, _Marker(set())
+    else:  # the messages seen as before keep their marked copies, and the markers go on after theirs
+        first = previous.counters[start]
+        leaves = previous.leaves
+        handed = first - _MARK_FIRST
+        marker = _Marker(set(), leaves.copy() if handed == len(leaves) else dict(islice(leaves.items(), handed)), first)
+    marked = (previous.seen[:start] if previous is not None else []) + _marked(chat, roles, marker, start)
+    if not marker.leaves:
+        return None
+    # the copies kept are the ones the last render saw, normalized, when it left a record
+    memo = Memo(previous.record, start) if previous is not None and previous.record is not None else Memo()
+    try:
+        output = codec.template.render_resuming(memo, marked, **options)
+    except ChatcodecError:
+        return None  # the usual path renders again, and says what went wrong
+    counters = (previous.counters[:start] if previous is not None else []) + marker.counters + [marker.next]
+    seen = memo.messages if memo.record is not None and memo.messages is not None else marked
+    memory = MaskMemory(seen, memo.record, counters, marker.leaves, output, text, escapes)
+    kept, cut = _kept_anchors(previous, output, text, escapes, start) if previous is not None else (0, 0)
+    if not _read_marked(memory, previous, kept, cut, start, len(chat)):
+        return None
+    memory.previous, memory.keep = previous, growing.keep
+    return memory
+
+
+def _kept_anchors(previous: MaskMemory, output: str, text: str, escapes: dict[str, str], start: int) -> tuple[int, int]:
+    """How many of the last marked render's anchors hold for this one, and where in ``output`` reading goes on
+    (after those anchors' markers): before the first character where the marked renders differ, where the
+    prompts differ, and before the first anchor of a message not seen as before (its markers may be another
+    message's now)."""
+    agree = common_prefix(previous.text, text)
+    cut = min(
+        common_prefix(previous.output, output),
+        agree + bisect_left(previous.places, agree),  # the markers placed before ``agree``, and its text
+    )
+    owned = bisect_left(previous.reach, start)
+    if owned < len(previous.marks):
+        cut = min(cut, previous.marks[owned])
+    for stand_in in previous.escapes.keys() | escapes.keys():  # a stand-in restored otherwise now
+        if previous.escapes.get(stand_in) != escapes.get(stand_in) and previous.output.find(stand_in, 0, cut) >= 0:
+            return 0, 0
+    return bisect_left(previous.marks, cut), cut
+
+
+def _read_marked(memory: MaskMemory, previous: MaskMemory | None, kept: int, cut: int, start: int, count: int) -> bool:
+    """Read the anchors of ``memory.output`` from ``cut`` on (the ``kept`` anchors before it are
+    ``previous``'s), checking that the render without markers is the prompt from there on; False if not."""
+    output, text, escapes = memory.output, memory.text, memory.escapes
+    at = cut - kept  # the place in the prompt where reading goes on
+    parts = _MARK_SPLIT.split(output[cut:] if cut else output)  # text, marker, text, marker, ..., text
+    found: list[tuple[int, str]] = list(map(memory.leaves.get, parts[1::2]))  # type: ignore[arg-type]
+    if None in found:  # a character of the range that is no marker
+        return False
+    pieces = parts[0::2]
+    stripped = "".join(pieces)
+    for stand_in, char in escapes.items():
+        stripped = stripped.replace(stand_in, char)
+    if stripped != (text[at:] if at else text):
+        return False
+    lengths = list(map(len, pieces))
+    lengths[0] += at
+    places = list(accumulate(lengths))
+    places.pop()  # one piece more than markers
+    anchors: list[list[tuple[int, str]]]
+    own: set[int] = set()  # the messages whose lists are this memory's (the others are shared with previous)
+    if previous is not None and kept:
+        dropped: dict[int, int] = {}  # message -> how many of its last anchors are read again
+        for index, _ in islice(previous.owners, kept, None):
+            dropped[index] = dropped.get(index, 0) + 1
+        memory.places = previous.places[:kept] + places
+        memory.marks = previous.marks[:kept] + list(map(add, places, range(kept, kept + len(places))))
+        memory.owners = previous.owners[:kept] + found
+        highest = previous.reach[kept - 1]
+        anchors = previous.anchors[:count]
+        anchors += [[] for _ in range(count - len(anchors))]
+        for index, number in dropped.items():
+            if index < count:
+                anchors[index] = anchors[index][:-number]
+                own.add(index)
+        memory.lo = min([start, *dropped, *map(itemgetter(0), found)])
+    else:
+        memory.places, memory.owners = places, found
+        memory.marks = list(map(add, places, range(len(places))))
+        highest = -1
+        anchors = [[] for _ in range(count)]
+        own.update(range(count))
+    memory.reach = (previous.reach[:kept] if previous is not None else []) + list(
+        accumulate(map(itemgetter(0), found), max, initial=highest)
+    )[1:]
+    for (index, kind), place in zip(found, places, strict=True):
+        if index not in own:
+            anchors[index] = list(anchors[index])
+            own.add(index)
+        anchors[index].append((place, kind))
+    memory.anchors, memory.at = anchors, at
+    return True
+
+
+def _growing_regions(layout: Layout, memory: MaskMemory) -> list[tuple[int, int]]:
+    """:func:`assistant_regions` with the defaults (reasoning and end-of-turn in), the last encode's turns
+    kept where nothing they read changed: the anchors of the turn's message and of the anchored messages
+    either side, the text up to the next one's first anchor, the roles, the header and the special tokens.
+    The messages before ``memory.lo`` are the last ones, with the same anchors, all placed where the two
+    prompts agree: a turn followed by one of them read nothing else."""
+    previous = memory.previous
+    anchors = layout.anchors
+    anchored = list(compress(range(len(anchors)), anchors))
+    keep = 0
+    if (
+        previous is not None
+        and previous.regions is not None
+        and previous.header == layout.header
+        and previous.special is layout.special
+    ):
+        keep = bisect_left(previous.nexts, memory.lo)
+    fresh: list[tuple[int, int, int, int, int]] = []
+    if keep:
+        assert previous is not None and previous.regions is not None
+        kept = previous.regions[:keep]
+        memory.kept_spans = previous.emitted[keep]
+        memory.spans = previous.spans[: memory.kept_spans]
+        memory.spans += _turn_regions(layout, anchored, bisect_right(anchored, kept[-1][0]), True, True, fresh)
+        memory.regions = kept + fresh
+        memory.nexts = previous.nexts[:keep]
+        memory.emitted = previous.emitted[: keep + 1]
+    else:
+        memory.spans = _turn_regions(layout, anchored, 0, True, True, fresh)
+        memory.regions = fresh
+    memory.special = layout.special
+    memory.nexts += map(itemgetter(1), fresh)
+    emitted = (1 if end > start else 0 for _, _, _, start, end in fresh)
+    memory.emitted += list(accumulate(emitted, initial=memory.emitted[-1]))[1:]
+    return memory.spans
 
 
 # --- the generation header ------------------------------------------------------------------------------
@@ -484,11 +807,25 @@ def _end_of_turn(layout: Layout, tail: str) -> tuple[int, int] | None:
 
 def assistant_regions(layout: Layout, *, reasoning: bool, end_of_turn: bool) -> list[tuple[int, int]]:
     """The character spans of the prompt the model writes in its assistant turns."""
-    text, anchors = layout.text, layout.anchors
-    anchored = [i for i, a in enumerate(anchors) if a]
+    anchored = list(compress(range(len(layout.anchors)), layout.anchors))
+    return _turn_regions(layout, anchored, 0, reasoning, end_of_turn)
+
+
+def _turn_regions(
+    layout: Layout,
+    anchored: list[int],
+    from_rank: int,
+    reasoning: bool,
+    end_of_turn: bool,
+    detail: list[tuple[int, int, int, int, int]] | None = None,
+) -> list[tuple[int, int]]:
+    """The regions of the assistant turns of the anchored messages from rank ``from_rank`` on; ``detail`` gets, for
+    each turn, what its region read and what it is (see :attr:`MaskMemory.regions`)."""
+    text, anchors, roles = layout.text, layout.anchors, layout.roles
     regions = []
-    for rank, index in enumerate(anchored):
-        if layout.roles[index] != "assistant":
+    for rank in range(from_rank, len(anchored)):
+        index = anchored[rank]
+        if roles[index] != "assistant":
             continue
         first, last = anchors[index][0][0], anchors[index][-1][0]  # anchors are in the order of the text
         before = anchors[anchored[rank - 1]][-1][0] if rank else 0
@@ -505,6 +842,8 @@ def assistant_regions(layout: Layout, *, reasoning: bool, end_of_turn: bool) -> 
             thoughts = [p for p, kind in anchors[index] if kind == "reasoning"]
             resume = min((p for p, kind in anchors[index] if kind != "reasoning"), default=end)
             start = _after_reasoning(layout, start, resume, thoughts)
+        if detail is not None:
+            detail.append((index, anchored[rank + 1] if rank + 1 < len(anchored) else sys.maxsize, after, start, end))
         if end > start:
             regions.append((start, end))
     return regions
@@ -549,17 +888,25 @@ def _spaces(text: str, at: int) -> int:
 
 def assistant_mask(encoding: Encoding, layout: Layout, *, reasoning: bool, end_of_turn: bool) -> list[int]:
     """1 for each token that overlaps an assistant region; raises when assistant turns get none."""
+    memory = None
     if layout.generation_spans is not None:
         spans = layout.generation_spans
     elif layout.failure is not None:
         spans = []
+    elif reasoning and end_of_turn and layout.memory is not None and not layout.memory.done:
+        memory = layout.memory  # a growing conversation: what did not change is the last encode's
+        spans = _growing_regions(layout, memory)
     else:
         spans = assistant_regions(layout, reasoning=reasoning, end_of_turn=end_of_turn)
-    if encoding._offsets is not None:
-        mask = overlap_mask(encoding._offsets, spans)
-    else:
-        ascii_mask = byte_width_mask(encoding, spans)
-        mask = ascii_mask if ascii_mask is not None else runs_mask(encoding._runs, spans)
+    mask = _growing_mask(encoding, spans, memory) if memory is not None and encoding._offsets is None else None
+    if mask is None:
+        if encoding._offsets is not None:
+            mask = overlap_mask(encoding._offsets, spans)
+        else:
+            ascii_mask = byte_width_mask(encoding, spans)
+            mask = ascii_mask if ascii_mask is not None else runs_mask(encoding._runs, spans)
+    if memory is not None:
+        memory.finish()
     if "assistant" in layout.roles and not any(mask):
         if layout.generation_spans is not None:
             why = "; its {% generation %} blocks cover none of their tokens"
@@ -638,47 +985,129 @@ def byte_width_mask(encoding: Encoding, spans: list[tuple[int, int]]) -> list[in
     has its tokens placed (:func:`_placed`): every token between the edges overlaps the span. So an ASCII prompt
     reads no offsets, and another reads those of the runs of other text that an edge falls inside.
     """
-    text = encoding.text
     widths = byte_widths(encoding._codec._vocab)
     if widths is None:
         return None
-    runs = encoding._runs
-    if not runs or min(map(_WIDTH, runs)) < 0 or list(map(_SPANS, runs)).count(None) < len(runs):
-        return None  # tokens the text does not hold, or offsets given outright
-    starts = list(map(_START, runs))  # where each run starts in the text (C passes: no Python step per run)
-    firsts = [0, *accumulate(map(len, map(_IDS, runs)))]  # the index of each run's first token, and the count
-    count = firsts.pop()
-    if not count or starts[0] != 0:
+    grid = _Grid.of(encoding.text, encoding._runs, widths)
+    if grid is None:
         return None
-    length = len(text)
-    ascii_text = text.isascii()
-    mask = [0] * count
-    for low, high in spans:
-        if low >= length or high <= 0:
-            continue  # no token ends after low, or none starts before high
-        first = 0  # the first token that ends after low
-        if low > 0:
-            index = bisect_right(starts, low) - 1
-            first = firsts[index]
-            if low > starts[index]:
-                placed = _placed(text, ascii_text, runs, starts, index, widths)
-                if placed is None:
-                    return None
-                first += bisect_right(placed[1], low - starts[index])
-        stop = count  # past the last token that starts before high
-        if high < length:
-            index = bisect_left(starts, high)
-            if index < len(starts) and starts[index] == high:  # a run starts at high: the one before ends there
-                stop = firsts[index]
-            else:
-                index -= 1
-                placed = _placed(text, ascii_text, runs, starts, index, widths)
-                if placed is None:
-                    return None
-                stop = firsts[index] + bisect_left(placed[0], high - starts[index])
-        if stop > first:
-            mask[first:stop] = [1] * (stop - first)
-    return mask
+    mask = [0] * grid.count
+    return mask if grid.cover(spans, mask) else None
+
+
+class _Grid:
+    """The runs of a prompt from one of them on (:func:`byte_width_mask`'s tokenizers): where each starts in
+    the text, and the index of its first token, to find the tokens a span covers."""
+
+    __slots__ = ("ascii_text", "count", "firsts", "runs", "starts", "text", "widths")
+
+    def __init__(
+        self, text: str, runs: list[Run], starts: list[int], firsts: list[int], count: int, widths: dict[int, int]
+    ) -> None:
+        self.text = text
+        self.ascii_text = text.isascii()
+        self.runs = runs
+        self.starts = starts
+        self.firsts = firsts
+        self.count = count
+        self.widths = widths
+
+    @classmethod
+    def of(
+        cls, text: str, runs: list[Run], widths: dict[int, int], first_run: int = 0, first_token: int = 0
+    ) -> _Grid | None:
+        """The grid of ``runs`` from ``first_run`` on (whose first token is ``first_token``), or None when the
+        runs hold tokens the text does not, or offsets given outright, or do not start at character 0."""
+        if first_run:
+            runs = runs[first_run:]
+        if not runs or min(map(_WIDTH, runs)) < 0 or list(map(_SPANS, runs)).count(None) < len(runs):
+            return None
+        starts = list(map(_START, runs))  # where each run starts in the text (C passes: no Python step per run)
+        firsts = list(accumulate(map(len, map(_IDS, runs)), initial=first_token))  # each run's first token, the count
+        count = firsts.pop()
+        if count == first_token or (not first_run and starts[0] != 0):
+            return None
+        return cls(text, runs, starts, firsts, count, widths)
+
+    def cover(self, spans: list[tuple[int, int]], mask: list[int]) -> bool:
+        """Set to 1 the bits of ``mask`` of the tokens (from this grid's first) that overlap a span; False when
+        a run an edge falls inside cannot be placed."""
+        text, ascii_text, runs, starts, firsts, widths = (
+            self.text, self.ascii_text, self.runs, self.starts, self.firsts, self.widths,
+        )  # fmt: skip
+        length, count, floor = len(text), self.count, starts[0]
+        for low, high in spans:
+            if low >= length or high <= floor:
+                continue  # no token ends after low, or none of these starts before high
+            first = firsts[0]  # the first token that ends after low
+            if low > floor:
+                index = bisect_right(starts, low) - 1
+                first = firsts[index]
+                if low > starts[index]:
+                    placed = _placed(text, ascii_text, runs, starts, index, widths)
+                    if placed is None:
+                        return False
+                    first += bisect_right(placed[1], low - starts[index])
+            stop = count  # past the last token that starts before high
+            if high < length:
+                index = bisect_left(starts, high)
+                if index < len(starts) and starts[index] == high:  # a run starts at high: the one before ends there
+                    stop = firsts[index]
+                else:
+                    index -= 1
+                    placed = _placed(text, ascii_text, runs, starts, index, widths)
+                    if placed is None:
+                        return False
+                    stop = firsts[index] + bisect_left(placed[0], high - starts[index])
+            if stop > first:
+                mask[first:stop] = [1] * (stop - first)
+        return True
+
+
+def _growing_mask(encoding: Encoding, spans: list[tuple[int, int]], memory: MaskMemory) -> list[int] | None:
+    """:func:`byte_width_mask`, the last encode's bits kept for the leading tokens that are the very same (the
+    runs the tokenizer kept) and end before every turn that changed (any turn the last encode had or this one
+    has but the ones both keep); the memory keeps this one's. None when the grid does not apply."""
+    widths = byte_widths(encoding._codec._vocab)
+    if widths is None:
+        return None
+    runs, previous = encoding._runs, memory.previous
+    first_run = first_token = 0
+    bits: list[int] = []
+    if previous is not None and previous.mask is not None and previous.runs is not None:
+        first_run = min(_same_leading(previous.runs, runs), len(runs) - 1)
+        kept = memory.kept_spans
+        changed = [low for low, _ in previous.spans[kept:]] + [low for low, _ in spans[kept:]]
+        if changed:  # the tokens before the run the first changed turn starts in
+            first_run = min(first_run, max(bisect_right(previous.starts, min(changed), 0, first_run) - 1, 0))
+        first_token = previous.firsts[first_run]
+        bits = previous.mask[:first_token]
+    grid = _Grid.of(encoding.text, runs, widths, first_run, first_token)
+    if grid is None:
+        return None
+    bits.extend(repeat(0, grid.count - first_token))
+    if not grid.cover(spans, bits):
+        return None
+    memory.runs = runs
+    memory.starts = (previous.starts[:first_run] if previous is not None else []) + grid.starts
+    memory.firsts = (previous.firsts[:first_run] if previous is not None else []) + grid.firsts + [grid.count]
+    memory.mask = bits[:]  # the caller's list may be changed: the memory keeps its own
+    return bits
+
+
+def _same_leading(old: list[Any], new: list[Any]) -> int:
+    """How many leading items of ``new`` are the very ones of ``old`` (compared in C: a binary search)."""
+    count = min(len(old), len(new))
+    if old[:count] == new[:count]:
+        return count
+    low, high = 0, count - 1  # new[:low] agree, new[:high + 1] do not
+    while low < high:
+        middle = (low + high + 1) // 2
+        if old[low:middle] == new[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _placed(

@@ -32,6 +32,7 @@ import logging
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,7 +49,7 @@ from .vocab import Matching, Run, TextTokenizer, Tokenized, Vocabulary, alternat
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-    from .masks import Layout
+    from .masks import Growing, Layout
 
 __all__ = ["Codec", "Encoding", "load"]
 
@@ -258,7 +259,9 @@ class Codec:
         ``add_special_tokens=True`` adds what the tokenizer's post-processor adds (BOS, EOS) only where the
         prompt lacks it; by default nothing is added, as in transformers, because the template owns them.
         ``return_assistant_tokens_mask=True`` computes :attr:`Encoding.assistant_mask` now, so that a
-        conversation whose assistant turns cannot be found raises :class:`~chatcodec.MaskError` here.
+        conversation whose assistant turns cannot be found raises :class:`~chatcodec.MaskError` here; for a
+        conversation that grew from one the codec remembers, the mask goes on from that encode's
+        (:class:`chatcodec.masks.MaskMemory`: the same mask, at the cost of the new messages).
 
         >>> codec = load("../shared/tokenizers/llama3_1")  # doctest: +SKIP
         >>> enc = codec.encode([{"role": "user", "content": "Hi<|eot_id|>"}])  # doctest: +SKIP
@@ -278,9 +281,13 @@ class Codec:
         if polyfill:
             options["polyfill"] = polyfill
         # the mask of a tagged template reads the spans of the encode's own render: one render, not two
-        spans = return_assistant_tokens_mask and not continue_final_message and self._tagged()
+        tagged = return_assistant_tokens_mask and not continue_final_message and self._tagged()
+        # the mask of a growing conversation goes on from the last encode's (masks.MaskMemory)
+        growing = return_assistant_tokens_mask and not continue_final_message and not tagged
         try:
-            encoding = self._encode(vocab, messages, options, template_kwargs, content_special_tokens, spans=spans)
+            encoding = self._encode(
+                vocab, messages, options, template_kwargs, content_special_tokens, spans=tagged, growing=growing
+            )
             if add_special_tokens:
                 encoding._runs = vocab.add_missing_special_tokens(encoding._runs)
                 encoding._set_ids()
@@ -339,7 +346,10 @@ class Codec:
         policy: str,
         *,
         spans: bool = False,
+        growing: bool = False,
     ) -> Encoding:
+        """The encoding of ``messages``, resumed from the codec's memory of the conversation when it grew from
+        an encode it remembers; ``growing`` asks for its mask to go on from that encode's too."""
         matching = self._matching
         history = self.history
         slots = history_keys(messages) if history.entries and type(messages) is list else []
@@ -357,9 +367,17 @@ class Codec:
         if base is not None and not spans:  # a conversation seen before, likely growing: resume its last render
             grown = self._encode_growing(vocab, messages, options, template_kwargs, policy, reserved, base, agreeing)
             if grown is not None:
-                tokens, state, shield, copies, memo, hit = grown
-                self._remember(slots, base, agreeing, policy, messages, shield, tokens, copies, memo, hit)
-                return Encoding(self, tokens, state)
+                tokens, state, shield, copies, memo, hit, shielded = grown
+                entry = self._remember(slots, base, agreeing, policy, messages, shield, tokens, copies, memo, hit)
+                encoding = Encoding(self, tokens, state)
+                # the mask goes on from the last one's marked copies of the messages with marks swapped, not of
+                # the caller's text as written (a template that looks at marks, _compare)
+                if growing and state[0] is shielded:
+                    from .masks import Growing
+
+                    keep = partial(history.keep_mask, entry) if entry is not None else None
+                    encoding._growing = Growing(base.mask, memo.trusted, keep)
+                return encoding
         shield = Shield(self._marks, reserved, reject=policy == "reject", table=base.table if base else None)
         known = None
         if base is not None and agreeing:
@@ -395,11 +413,12 @@ class Codec:
         reserved: frozenset[str],
         base: Entry,
         agreeing: int,
-    ) -> tuple[Tokenized, Any, Shield, list[Any], Memo, list[int]] | None:
+    ) -> tuple[Tokenized, Any, Shield, list[Any], Memo, list[int], list[Any]] | None:
         """Encode a conversation that extends ``base``: the template sees copies of the messages (its own, which
         nobody changes), the ones it saw the last time for the leading messages that strictly equal theirs,
         and its render resumes the last one (:mod:`chatcodec.resuming`). None when that cannot be done (a
-        message that is not plain JSON, a stand-in the conversation now holds): then encode as usual."""
+        message that is not plain JSON, a stand-in the conversation now holds): then encode as usual. Last
+        in the result: the messages, marks swapped, the render saw."""
         if not self.template.resumable:  # nothing to resume: the usual encode copies new messages only
             return None
         trusted = base.trusted(messages, agreeing) if base.copies is not None else 0
@@ -436,7 +455,7 @@ class Codec:
             vocab, shield, messages, given, options, (shielded, rendered, None), base, template_kwargs
         )
         copies = (base.copies or [])[:trusted] + fresh
-        return tokens, state, shield, copies, memo, hit
+        return tokens, state, shield, copies, memo, hit, shielded
 
     def _tokenize(
         self,
@@ -492,15 +511,15 @@ class Codec:
         copies: list[Any] | None = None,
         memo: Memo | None = None,
         hit: list[int] | None = None,
-    ) -> None:
-        """Keep what the next encode of this conversation can start from (plain JSON messages only); a growing
-        encode gives its copies, memo and the indices of the messages that hold marks (``hit``)."""
+    ) -> Entry | None:
+        """Keep what the next encode of this conversation can start from (plain JSON messages only), and return
+        it; a growing encode gives its copies, memo and the indices of the messages that hold marks (``hit``)."""
         if not slots:
-            return
+            return None
         if hit is None:
             marked = shield.marked if shield is not None else []
             if any(group == 0 and index < 0 for group, index in marked):
-                return  # taken apart by the walk: nothing is known per message
+                return None  # taken apart by the walk: nothing is known per message
             hit = sorted(index for group, index in marked if group == 0)
         size = 0
         if copies is None and base is not None:  # seen before: a conversation that grows, worth copying its messages
@@ -530,6 +549,7 @@ class Codec:
             entry.keep_render(memo.messages, memo.record, base, memo.trusted)
         extends = base is not None and (base.copies is None or agreeing == len(base.copies))
         self.history.remember(entry, replacing=base if extends else None)
+        return entry
 
     def _variables_with_marks(self, template_kwargs: dict[str, Any]) -> frozenset[str]:
         if not template_kwargs:
@@ -660,6 +680,8 @@ class Encoding:
         self._offsets: list[tuple[int, int]] | None = None
         self._layout: Layout | None = None
         self._assistant_mask: list[int] | None = None
+        #: what the mask goes on from, when the conversation grew from one the codec remembers (until read)
+        self._growing: Growing | None = None
 
     def _set_ids(self) -> None:
         self.input_ids = [i for run in self._runs for i in run.ids]
@@ -730,5 +752,6 @@ class Encoding:
             from . import masks
 
             messages, options, rendered, escapes, spans = self._render_state
-            self._layout = masks.layout(self._codec, messages, options, rendered, escapes, self.text, spans)
+            growing, self._growing = self._growing, None
+            self._layout = masks.layout(self._codec, messages, options, rendered, escapes, self.text, spans, growing)
         return self._layout
