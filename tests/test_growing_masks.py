@@ -289,3 +289,16 @@ def test_a_message_that_became_the_assistants_in_place_is_masked_anew() -> None:
     edited = copy.deepcopy(grown)
     edited[3]["role"] = "assistant"
     _grow_with(source, [chat[:2], chat, grown, edited])
+
+
+def test_generation_spans_move_by_the_stand_ins_before_them() -> None:
+    """A tagged template's spans are moved to the restored text by bisection: as far as the stand-ins before
+    each edge grow (stand-ins for one character move nothing, and are not looked for)."""
+    rendered = "aXbYYcXd"
+    escapes = {"X": "<<", "Y": "[[["}
+    expand = masks._expander(rendered, escapes)
+    restored = rendered.replace("X", "<<").replace("Y", "[[[")
+    for position in range(len(rendered) + 1):
+        grown = sum(len(escapes[c]) - 1 for c in rendered[:position] if c in escapes)
+        assert expand(position) == position + grown
+        assert restored[: expand(position)].replace("<<", "X").replace("[[[", "Y") == rendered[:position]

@@ -144,11 +144,11 @@ def layout(
         if spans is None:
             span_options = {k: v for k, v in options.items() if k != "continue_final_message"}
             spanned, spans = codec.template.render_spans(chat, **span_options)
-        if escapes:
+        if escapes and not all(len(char) == 1 for char in escapes.values()):
             expand = _expander(spanned, escapes)
             generation_spans = [(expand(s), expand(e)) for s, e in spans]
         else:
-            generation_spans = list(spans)  # no stand-in to put back: the render's positions are the text's
+            generation_spans = list(spans)  # stand-ins put back one for one: the render's positions are the text's
 
     def locate() -> tuple[list[list[tuple[int, str]]], str | None, str | None, MaskMemory | None]:
         if growing is not None:
@@ -386,13 +386,15 @@ def _mark_call(call: Any, marker: _Marker, index: int) -> Any:
 
 
 def _expander(rendered: str, escapes: dict[str, str]) -> Any:
-    """Map a position in the render with escape stand-ins to the position in the restored text."""
-    if not escapes:
-        return lambda position: position
-    grow = [(m.start(), len(escapes[m.group()]) - 1) for m in re.finditer("|".join(map(re.escape, escapes)), rendered)]
+    """Map a position in the render with escape stand-ins to the position in the restored text: moved by what
+    the stand-ins before it grow (found by bisection: a tagged template's spans cost their number, not their
+    number times the stand-ins')."""
+    found = [(m.start(), len(escapes[m.group()]) - 1) for m in re.finditer("|".join(map(re.escape, escapes)), rendered)]
+    starts = [at for at, _ in found]
+    grown = list(accumulate((extra for _, extra in found), initial=0))
 
     def expand(position: int) -> int:
-        return position + sum(extra for at, extra in grow if at < position)
+        return position + grown[bisect_left(starts, position)]
 
     return expand
 
