@@ -16,7 +16,19 @@ server does. Every text is new to the codec, as in real use. For each turn it re
 * ``turn encode``: ``Codec.encode`` of a chat of this turn's messages alone (the previous answer and the new
   question, with the generation prompt): the same pipeline, on the new turn only;
 
-and the ratios ``encode / turn alone``, ``encode / first call`` and ``encode / turn encode``. Every codec has
+and the ratios ``encode / turn alone``, ``encode / first call`` and ``encode / turn encode``.
+
+The same growth read as training or RL rollouts read it (``--masks``, the default; ``--no-masks`` leaves it out):
+each chat ends with the answer, encoded with ``return_assistant_tokens_mask=True``:
+
+* ``mask``: with the codec's memory: the mask goes on from the last encode's (:class:`chatcodec.masks.MaskMemory`);
+* ``mask, no memory``: the same with ``History(entries=0)``, the mask worked out on the whole chat;
+* ``no mask``: the encode of the same chats with memory, without the mask;
+* ``turn alone``: the tokenizers library encoding only the text this chat added to the last one's prompt
+  (the last question and its answer), best of five calls in a row;
+
+and the ratios ``mask / turn alone``, ``mask / no mask`` and ``no memory / mask``; the masks are checked against
+the codec without memory at every turn. Every codec has
 its own caches, so each meets every text for the first time. Ids are checked against the codec without
 memory at every turn. Each figure is the best of ``--rounds`` growths (each with its own text). As in
 ``timeit``, the garbage collector does not run during a timed call (``--gc`` lets it): a collection costs
@@ -30,7 +42,7 @@ the processor's caches than those at turn 10 (the tokenizers library's call on t
 repeated tokenizer calls): with more than the last-level cache (64 on this machine's 32 MiB), every call
 starts from memory, as in a server where a model's forward pass runs between two requests.
 
-Run: ``PYTHONPATH=src python bench/bench_growing.py [--rounds 5] [--turns 100] [--gc] [--flush MIB]``.
+Run: ``PYTHONPATH=src python bench/bench_growing.py [--rounds 5] [--turns 100] [--gc] [--flush MIB] [--no-masks]``.
 """
 
 from __future__ import annotations
@@ -108,16 +120,55 @@ def _first_and_best(repeats: int, fn: Callable[..., Any], *args: Any, **options:
 
 
 NAMES = ("encode", "plain", "render", "alone", "once", "turn")
+#: the mask passes (--masks): with memory, without, the same encodes without the mask, the added text alone
+MASK_NAMES = ("mask", "mask_plain", "answer", "mask_alone")
+#: whether the mask passes run
+MASKS = True
 
 
 def measure(name: str, folder: Path, rounds: int, turns: int) -> dict[str, list[float]]:
     """The best CPU time of each measure at each turn, over ``rounds`` growths."""
-    best: dict[str, list[float]] = {k: [float("inf")] * turns for k in NAMES}
+    names = NAMES + MASK_NAMES if MASKS else NAMES
+    best: dict[str, list[float]] = {k: [float("inf")] * turns for k in names}
     for round_ in range(rounds):
-        for turn, figures in enumerate(grow(name, folder, round_, turns)):
-            for key, value in zip(NAMES, figures, strict=True):
+        figures = grow(name, folder, round_, turns)
+        if MASKS:
+            figures = [a + b for a, b in zip(figures, grow_masked(folder, chat(turns, name, round_)), strict=True)]
+        for turn, values in enumerate(figures):
+            for key, value in zip(names, values, strict=True):
                 best[key][turn] = min(best[key][turn], value)
     return best
+
+
+def grow_masked(folder: Path, full: list[dict[str, Any]]) -> list[tuple[float, ...]]:
+    """The growth read for training: every chat ends with the answer and asks for the assistant mask. Each kind
+    of call in a pass of its own, each codec with caches of its own; masks checked against the codec without
+    memory."""
+    from chatcodec import History
+    from chatcodec.tokens import load
+    from chatcodec.vocab import common_prefix
+
+    masking, forgetting, answering = load(folder), load(folder), load(folder)
+    forgetting.history = History(entries=0)
+    tokenizer = masking.tokenizer
+    assert tokenizer is not None
+    answered = [full[: 2 * turn + 1] for turn in range(1, (len(full) - 1) // 2 + 1)]
+    masks, additions, digests, previous = [], [], [], ""
+    for messages in answered:
+        spent, encoding = _cold(masking.encode, messages, return_assistant_tokens_mask=True)
+        masks.append(spent)
+        additions.append(encoding.text[common_prefix(previous, encoding.text) :])
+        digests.append(hash((tuple(encoding.input_ids), tuple(encoding.assistant_mask))))
+        previous = encoding.text
+    del encoding, previous
+    plain = []
+    for messages, digest in zip(answered, digests, strict=True):
+        spent, fresh = _cold(forgetting.encode, messages, return_assistant_tokens_mask=True)
+        assert hash((tuple(fresh.input_ids), tuple(fresh.assistant_mask))) == digest, len(messages)
+        plain.append(spent)
+    answers = [_cold(answering.encode, messages)[0] for messages in answered]
+    alone = [_first_and_best(5, tokenizer.encode, added, add_special_tokens=False)[1] for added in additions]
+    return list(zip(masks, plain, answers, alone, strict=True))
 
 
 def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, ...]]:
@@ -179,6 +230,17 @@ def report(name: str, label: str, best: dict[str, list[float]], turns: range) ->
     )
 
 
+def report_masks(name: str, label: str, best: dict[str, list[float]], turns: range) -> None:
+    def mean(key: str) -> float:
+        return statistics.mean(best[key][t - 1] for t in turns) * 1e6
+
+    mask, plain, answer, alone = mean("mask"), mean("mask_plain"), mean("answer"), mean("mask_alone")
+    print(
+        f"{name:<9} {label:>6} {mask:>7.0f} {plain:>16.0f} {answer:>8.0f} {alone:>11.0f}"
+        f" {mask / alone:>11.2f}x {mask / answer:>12.2f}x {plain / mask:>15.2f}x"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -188,9 +250,13 @@ def main() -> int:
     parser.add_argument(
         "--flush", type=int, default=0, metavar="MIB", help="memory written before each timed call, evicting caches"
     )
+    parser.add_argument(
+        "--masks", action=argparse.BooleanOptionalAction, default=True, help="the growth read with assistant masks"
+    )
     args = parser.parse_args()
-    global COLLECT, FLUSH, _ZEROS
+    global COLLECT, FLUSH, _ZEROS, MASKS
     COLLECT = args.gc
+    MASKS = args.masks
     FLUSH = bytearray(max(args.flush, 0) << 20)
     _ZEROS = bytes(len(FLUSH[::64]))
     print(
@@ -204,8 +270,9 @@ def main() -> int:
         f" {'first call':>10} {'turn encode':>12} {'encode/alone':>13} {'encode/first':>12} {'encode/turn':>12}"
     )
     print(header)
+    measured = {}
     for name in ("qwen3", "llama3_1"):
-        best = measure(name, args.shared / "tokenizers" / name, args.rounds, args.turns)
+        best = measured[name] = measure(name, args.shared / "tokenizers" / name, args.rounds, args.turns)
         for turn in REPORTED:
             if turn <= args.turns:
                 report(name, str(turn), best, range(turn, turn + 1))
@@ -221,6 +288,17 @@ def main() -> int:
                 f"{name:<9} encode at 90-100 turns / at 10-20 turns: {late / early:.2f}x;"
                 f" encode/alone at 90-100 turns / at 10-20 turns: {ratio:.2f}x"
             )
+    if MASKS:
+        print("\nThe same growth, each chat ending with the answer, encoded with return_assistant_tokens_mask=True:")
+        print(
+            f"{'model':<9} {'turns':>6} {'mask':>7} {'mask, no memory':>16} {'no mask':>8} {'turn alone':>11}"
+            f" {'mask/alone':>12} {'mask/no mask':>13} {'no memory/mask':>16}"
+        )
+        for name, best in measured.items():
+            for first, last in ((1, 1), (10, 10), (30, 40), (90, 100), (100, 100)):
+                if last <= args.turns:
+                    label = str(first) if first == last else f"{first}-{last}"
+                    report_masks(name, label, best, range(first, last + 1))
     print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     return 0
 
