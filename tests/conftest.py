@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache, lru_cache
 from pathlib import Path
@@ -45,3 +47,12 @@ def goldens() -> list[dict[str, Any]]:
         return []
     with (CORPUS / "goldens.jsonl").open(encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+def in_threads(target: Callable[[int], None], count: int) -> None:
+    """``target(0)`` ... ``target(count - 1)``, each in a thread of its own, all at once; back when all are done."""
+    threads = [threading.Thread(target=target, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

@@ -10,8 +10,6 @@ the mask, its variants and the per-message spans (or the error) must be those of
 from __future__ import annotations
 
 import copy
-import random
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +17,8 @@ import pytest
 
 from chatcodec import ChatcodecError, ChatTemplate, History, masks, tokens
 
-from .conftest import GOLDEN_NOW, SHARED, conversations, manifest, require_shared, template_source
-from .test_resuming import journeys
+from .conftest import GOLDEN_NOW, SHARED, in_threads, manifest, require_shared, template_source
+from .test_resuming import journeys, random_growth
 
 NAMES = sorted(manifest()) if (SHARED / "corpus").is_dir() else []
 TOKENIZERS = ("qwen3", "llama3_1")
@@ -108,22 +106,8 @@ def test_random_growth_with_edits_has_a_fresh_codecs_masks(name: str, tokenizer:
     editing an earlier message in place (marks and control tokens added), cutting the chat back, or passing
     copies."""
     remembering, forgetting = _codecs(tokenizer, name)
-    corpus = conversations()
-    pool = [m for c in corpus.values() for m in c["messages"] if m.get("role") in ("user", "assistant", "tool")]
-    rng = random.Random(f"{name}-{tokenizer}")
-    for _ in range(2):
-        chat: list[Any] = [{"role": "system", "content": "Be brief [INST] <|im_end|>."}]
-        for _ in range(12):
-            roll = rng.random()
-            if roll < 0.1 and len(chat) > 2:
-                message = rng.choice(chat[1:])
-                message["content"] = f"{message.get('content') or ''} edited <|eot_id|> [/INST]"  # in place
-            elif roll < 0.2 and len(chat) > 3:
-                del chat[rng.randrange(2, len(chat)) :]
-            elif roll < 0.3:
-                chat = copy.deepcopy(chat)
-            chat += [copy.deepcopy(rng.choice(pool)) for _ in range(rng.randint(1, 2))]
-            _compare(remembering, forgetting, chat, {"add_generation_prompt": chat[-1]["role"] == "user"})
+    for chat in random_growth(f"{name}-{tokenizer}", ("user", "assistant", "tool"), chats=2, steps=12):
+        _compare(remembering, forgetting, chat, {"add_generation_prompt": chat[-1]["role"] == "user"})
 
 
 def _bench_chat(turns: int, reasoning: bool) -> list[dict[str, Any]]:
@@ -203,11 +187,7 @@ def test_threads_growing_masks_share_the_memory_safely() -> None:
             if mask != expected[index, end]:
                 failures.append(f"conversation {index} at {end}")
 
-    threads = [threading.Thread(target=grow, args=(index,)) for index in range(len(chats))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(grow, len(chats))
     assert not failures
 
 

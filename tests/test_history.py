@@ -9,7 +9,6 @@ a caller who edits an earlier message in place, branches, and threads.
 from __future__ import annotations
 
 import copy
-import threading
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from chatcodec import ChatcodecError, History, InputError
 from chatcodec.tokens import Codec
 
+from .conftest import in_threads
 from .test_tokens import _codec
 
 
@@ -180,9 +180,5 @@ def test_threads_share_the_memory_safely() -> None:
             if codec.encode(copy.deepcopy(chats[index][:end])).input_ids != expected[index, end]:
                 failures.append(f"conversation {index} at {end}")
 
-    threads = [threading.Thread(target=grow, args=(index,)) for index in range(len(chats))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(grow, len(chats))
     assert not failures

@@ -11,6 +11,7 @@ import copy
 import itertools
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -496,14 +497,29 @@ def test_random_growing_encodes_with_edits_equal_fresh_ones(folder: Path, policy
     """Seeded random chats of corpus messages (control tokens and marks in some), grown a message or two at a
     time, with the caller now and then changing an earlier message in place, dropping the last ones, or
     passing copies: every encode equals a codec's without memory, ids and text."""
-    corpus = conversations()
-    pool = [m for c in corpus.values() for m in c["messages"] if m.get("role") in ("user", "assistant")]
     remembering, forgetting = tokens.load(folder), tokens.load(folder)
     forgetting.history = History(entries=0)
-    rng = random.Random(f"{folder.name}-{policy}")
-    for _ in range(4):
+    for chat in random_growth(f"{folder.name}-{policy}", ("user", "assistant"), chats=4, steps=16):
+        options = {"add_generation_prompt": chat[-1]["role"] == "user", "content_special_tokens": policy}
+        got = outcome(lambda: remembering.encode(chat, **options))  # noqa: B023
+        want = outcome(lambda: forgetting.encode(chat, **options))  # noqa: B023
+        if isinstance(want, tuple):
+            assert isinstance(got, tuple) and got[:2] == want[:2]
+        else:
+            assert isinstance(got, tokens.Encoding)
+            assert (got.input_ids, got.text) == (want.input_ids, want.text), len(chat)
+
+
+def random_growth(seed: str, roles: tuple[str, ...], *, chats: int, steps: int) -> Iterator[list[Any]]:
+    """Seeded random chats of corpus messages (of ``roles``; control tokens and marks in some), each grown
+    ``steps`` times by a message or two, the caller now and then changing an earlier message in place,
+    dropping the last ones, or passing copies: the chat after each step."""
+    corpus = conversations()
+    pool = [m for c in corpus.values() for m in c["messages"] if m.get("role") in roles]
+    rng = random.Random(seed)
+    for _ in range(chats):
         chat: list[Any] = [{"role": "system", "content": "Be brief [INST] <|im_end|>."}]
-        for _ in range(16):
+        for _ in range(steps):
             roll = rng.random()
             if roll < 0.1 and len(chat) > 2:
                 message = rng.choice(chat[1:])
@@ -513,14 +529,7 @@ def test_random_growing_encodes_with_edits_equal_fresh_ones(folder: Path, policy
             elif roll < 0.3:
                 chat = copy.deepcopy(chat)  # the same conversation in new objects
             chat += [copy.deepcopy(rng.choice(pool)) for _ in range(rng.randint(1, 2))]
-            options = {"add_generation_prompt": chat[-1]["role"] == "user", "content_special_tokens": policy}
-            got = outcome(lambda: remembering.encode(chat, **options))  # noqa: B023
-            want = outcome(lambda: forgetting.encode(chat, **options))  # noqa: B023
-            if isinstance(want, tuple):
-                assert isinstance(got, tuple) and got[:2] == want[:2]
-            else:
-                assert isinstance(got, tokens.Encoding)
-                assert (got.input_ids, got.text) == (want.input_ids, want.text), len(chat)
+            yield chat
 
 
 def test_a_growing_encode_that_fails_says_what_a_fresh_one_says(folder: Path) -> None:
