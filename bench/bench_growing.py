@@ -146,21 +146,16 @@ def grow_masked(folder: Path, full: list[dict[str, Any]]) -> list[tuple[float, .
     memory."""
     from chatcodec import History
     from chatcodec.tokens import load
-    from chatcodec.vocab import common_prefix
 
     masking, forgetting, answering = load(folder), load(folder), load(folder)
     forgetting.history = History(entries=0)
     tokenizer = masking.tokenizer
     assert tokenizer is not None
     answered = [full[: 2 * turn + 1] for turn in range(1, (len(full) - 1) // 2 + 1)]
-    masks, additions, digests, previous = [], [], [], ""
-    for messages in answered:
-        spent, encoding = _cold(masking.encode, messages, return_assistant_tokens_mask=True)
-        masks.append(spent)
-        additions.append(encoding.text[common_prefix(previous, encoding.text) :])
-        digests.append(hash((tuple(encoding.input_ids), tuple(encoding.assistant_mask))))
-        previous = encoding.text
-    del encoding, previous
+    masks, additions, digests = _growth(
+        masking, answered, lambda e: hash((tuple(e.input_ids), tuple(e.assistant_mask))),
+        return_assistant_tokens_mask=True,
+    )  # fmt: skip
     plain = []
     for messages, digest in zip(answered, digests, strict=True):
         spent, fresh = _cold(forgetting.encode, messages, return_assistant_tokens_mask=True)
@@ -171,6 +166,24 @@ def grow_masked(folder: Path, full: list[dict[str, Any]]) -> list[tuple[float, .
     return list(zip(masks, plain, answers, alone, strict=True))
 
 
+def _growth(
+    codec: Any, chats: list[list[dict[str, Any]]], digest: Callable[[Any], int], **options: Any
+) -> tuple[list[float], list[str], list[int]]:
+    """Each chat encoded in turn, in a pass of its own: the times, what each text added to the last one's, and a
+    digest of each encoding (a server keeps no old encoding: holding them all would grow the heap the later
+    encodes run in)."""
+    from chatcodec.vocab import common_prefix
+
+    times, additions, digests, previous = [], [], [], ""
+    for messages in chats:
+        spent, encoding = _cold(codec.encode, messages, **options)
+        times.append(spent)
+        additions.append(encoding.text[common_prefix(previous, encoding.text) :])
+        digests.append(digest(encoding))
+        previous = encoding.text
+    return times, additions, digests
+
+
 def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, ...]]:
     """One growth from an empty chat: the figures of every turn, each codec with caches of its own.
 
@@ -179,7 +192,6 @@ def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, 
     """
     from chatcodec import History
     from chatcodec.tokens import load
-    from chatcodec.vocab import common_prefix
 
     remembering, forgetting, single = load(folder), load(folder), load(folder)
     forgetting.history = History(entries=0)
@@ -187,16 +199,9 @@ def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, 
     assert tokenizer is not None
     full = chat(turns, name, round_)
     chats = [full[: 2 * turn] for turn in range(1, turns + 1)]  # the system prompt, the turns, the question
-    # kept of each encode: its time, what its text added to the last one's, a digest of its ids (a server keeps
-    # no old encoding: holding them all would grow the heap the later encodes run in)
-    encodes, additions, digests, previous = [], [], [], ""
-    for messages in chats:
-        spent, encoding = _cold(remembering.encode, messages, add_generation_prompt=True)
-        encodes.append(spent)
-        additions.append(encoding.text[common_prefix(previous, encoding.text) :])
-        digests.append(hash(tuple(encoding.input_ids)))
-        previous = encoding.text
-    del encoding, previous
+    encodes, additions, digests = _growth(
+        remembering, chats, lambda e: hash(tuple(e.input_ids)), add_generation_prompt=True
+    )
     plain, renders = [], []
     for messages, digest in zip(chats, digests, strict=True):
         spent_plain, fresh = _cold(forgetting.encode, messages, add_generation_prompt=True)
@@ -217,10 +222,13 @@ def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, 
     return [(encodes[i], plain[i], renders[i], alone[i], once[i], turn_encodes[i]) for i in range(turns)]
 
 
-def report(name: str, label: str, best: dict[str, list[float]], turns: range) -> None:
-    def mean(key: str) -> float:
-        return statistics.mean(best[key][t - 1] for t in turns) * 1e6
+def _mean(best: dict[str, list[float]], turns: range) -> Callable[[str], float]:
+    """The mean over ``turns`` of a measure's best times, in microseconds."""
+    return lambda key: statistics.mean(best[key][t - 1] for t in turns) * 1e6
 
+
+def report(name: str, label: str, best: dict[str, list[float]], turns: range) -> None:
+    mean = _mean(best, turns)
     encode, alone, render, single_turn = mean("encode"), mean("alone"), mean("render"), mean("turn")
     once = mean("once")
     print(
@@ -231,9 +239,7 @@ def report(name: str, label: str, best: dict[str, list[float]], turns: range) ->
 
 
 def report_masks(name: str, label: str, best: dict[str, list[float]], turns: range) -> None:
-    def mean(key: str) -> float:
-        return statistics.mean(best[key][t - 1] for t in turns) * 1e6
-
+    mean = _mean(best, turns)
     mask, plain, answer, alone = mean("mask"), mean("mask_plain"), mean("answer"), mean("mask_alone")
     print(
         f"{name:<9} {label:>6} {mask:>7.0f} {plain:>16.0f} {answer:>8.0f} {alone:>11.0f}"
