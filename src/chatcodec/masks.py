@@ -299,20 +299,35 @@ def _anchors_in(
     a marker's place in the text is the length of the pieces before it, and the text checked is the pieces
     joined (C passes, not a Python step per marker and stand-in). A character of the markers' range that is
     not a marker (the prompt held it) goes to the scan."""
-    parts = _MARK_SPLIT.split(output)  # text, marker, text, marker, ..., text
-    found: list[tuple[int, str]] = list(map(leaves.get, parts[1::2]))  # type: ignore[arg-type]
-    if None in found:  # a character of the range that is no marker
+    split = _split_at_markers(output, leaves)
+    if split is None:  # a character of the range that is no marker
         return _anchors_scan(output, leaves, escapes, text, count)
-    pieces = parts[0::2]
+    found, pieces = split
     anchors: list[list[tuple[int, str]]] = [[] for _ in range(count)]
     for (index, kind), place in zip(found, accumulate(map(len, pieces)), strict=False):  # one piece more
         anchors[index].append((place, kind))
-    stripped = "".join(pieces) if found else output
-    for stand_in, char in escapes.items():
-        stripped = stripped.replace(stand_in, char)
-    if stripped != text:
+    if not _restores(pieces, escapes, text):
         return "the template renders marked content differently (it inspects the text, not just prints it)"
     return anchors
+
+
+def _split_at_markers(
+    output: str, leaves: dict[str, tuple[int, str]]
+) -> tuple[list[tuple[int, str]], list[str]] | None:
+    """The markers of a marked render, as ``leaves`` says whose they are, and the text around them (one piece
+    more than markers); None when a character of the markers' range is no marker."""
+    parts = _MARK_SPLIT.split(output)  # text, marker, text, marker, ..., text
+    found: list[tuple[int, str]] = list(map(leaves.get, parts[1::2]))  # type: ignore[arg-type]
+    return None if None in found else (found, parts[0::2])
+
+
+def _restores(pieces: list[str], escapes: dict[str, str], text: str) -> bool:
+    """Whether the text around the markers, one-character stand-ins put back, is ``text``: the template printed
+    the marked content as it prints the content, and nothing else changed."""
+    stripped = "".join(pieces)
+    for stand_in, char in escapes.items():
+        stripped = stripped.replace(stand_in, char)
+    return stripped == text
 
 
 class _Marker:
@@ -585,16 +600,10 @@ def _read_marked(memory: MaskMemory, previous: MaskMemory | None, kept: int, cut
     ``previous``'s), checking that the render without markers is the prompt from there on; False if not."""
     output, text, escapes = memory.output, memory.text, memory.escapes
     at = cut - kept  # the place in the prompt where reading goes on
-    parts = _MARK_SPLIT.split(output[cut:] if cut else output)  # text, marker, text, marker, ..., text
-    found: list[tuple[int, str]] = list(map(memory.leaves.get, parts[1::2]))  # type: ignore[arg-type]
-    if None in found:  # a character of the range that is no marker
+    split = _split_at_markers(output[cut:] if cut else output, memory.leaves)
+    if split is None or not _restores(split[1], escapes, text[at:] if at else text):
         return False
-    pieces = parts[0::2]
-    stripped = "".join(pieces)
-    for stand_in, char in escapes.items():
-        stripped = stripped.replace(stand_in, char)
-    if stripped != (text[at:] if at else text):
-        return False
+    found, pieces = split
     lengths = list(map(len, pieces))
     lengths[0] += at
     places = list(accumulate(lengths))
