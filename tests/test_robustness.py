@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatcodec import ChatcodecError, InputError, load_template
+from chatcodec import ChatcodecError, ChatTemplate, InputError, load_template
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
@@ -47,10 +47,18 @@ def test_render_never_leaks_another_exception(
 
 
 def test_self_referencing_messages() -> None:
-    message: dict[str, Any] = {"role": "user", "content": "hi"}
-    message["self"] = message
-    with pytest.raises(InputError, match="refer to themselves"):
-        load_template("chatml").render([message])
+    """A message that holds itself where the template reads is refused; where it cannot read (chatml reads
+    role and content only), nothing of it is seen, on the first render as on the next ones."""
+    message: dict[str, Any] = {"role": "user", "content": ["hi"]}
+    message["content"].append(message)
+    for _ in range(2):
+        with pytest.raises(InputError, match="refer to themselves"):
+            load_template("chatml").render([message])
+    elsewhere: dict[str, Any] = {"role": "user", "content": "hi"}
+    elsewhere["self"] = elsewhere
+    for template in (load_template("chatml"), ChatTemplate(load_template("chatml").source)):
+        for _ in range(2):
+            assert template.render([elsewhere]) == "<|im_start|>user\nhi<|im_end|>\n"
 
 
 def test_now_must_be_a_datetime() -> None:

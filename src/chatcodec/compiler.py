@@ -46,7 +46,7 @@ from jinja2.runtime import Context, Macro, Undefined, identity
 from jinja2.utils import Namespace, _PassArg, concat, internalcode, missing
 from markupsafe import Markup, escape
 
-from . import limits, resuming, sandbox
+from . import footprint, limits, resuming, sandbox
 from .exceptions import LimitError
 
 __all__ = ["FastTemplate", "fast_template", "render"]
@@ -1900,6 +1900,11 @@ def _message_lists(tree: nodes.Template, context_names: frozenset[str]) -> froze
         lists = kept
 
 
+#: _message_lists's view of a template for chatcodec.footprint: a name that may also come from the render's
+#: variables still holds messages on the other paths (what it holds from the variables is not a message)
+_MESSAGES = frozenset({"messages"})
+
+
 def _lists_messages(node: nodes.Node | None, lists: Iterable[str]) -> bool:
     """Whether ``node`` is one of ``lists`` (see _message_lists), or a slice of one."""
     if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
@@ -1990,7 +1995,7 @@ class FastTemplate:
     context as a whole).
     """
 
-    __slots__ = ("_lines", "names", "resumable", "root", "source", "spans")
+    __slots__ = ("_lines", "message_keys", "names", "resumable", "root", "source", "spans")
 
     def __init__(
         self,
@@ -2000,10 +2005,14 @@ class FastTemplate:
         names: frozenset[str],
         resumable: bool = False,
         spans: bool = False,
+        message_keys: frozenset[str] | None = None,
     ) -> None:
         self.root = root
         self.source = source  # the generated Python, for reading
         self.names = names
+        #: the keys of a message the template can read, or None when it may see a message whole
+        #: (:mod:`chatcodec.footprint`): a render normalizes only those (chatcodec.render)
+        self.message_keys = message_keys
         #: whether a render can resume the previous one (it has a loop chatcodec.resuming can take over)
         self.resumable = resumable
         #: whether it tracks ``{% generation %}`` spans as the generic path does: every block writes to the
@@ -2041,7 +2050,7 @@ def fast_template(source: str) -> FastTemplate | None:
         return None
     template = FastTemplate(
         namespace["root"], code, generator.debug_info, frozenset(generator._resolved), "_cc_resume" in code,
-        not generator._nested_generation,
+        not generator._nested_generation, footprint.reads(tree, _message_lists(tree, _MESSAGES)),
     )  # fmt: skip
     namespace["__jinja_template__"] = template
     return template
@@ -2056,9 +2065,7 @@ def render(
 ) -> str:
     """Render ``source`` with its compiled form when it has one, else (or on any error) as sandbox.run does."""
     assert budget is not None
-    fast = compiled.fast
-    if fast is NOT_COMPILED:
-        fast = compiled.fast = fast_template(source)
+    fast = _fast(compiled, source)
     if fast is not None and (budget.spans is None or fast.spans):
         try:
             text: str = fast.render(variables, budget)
@@ -2066,6 +2073,21 @@ def render(
             return recover(exc, compiled, variables, name, budget)
         return text
     return sandbox.run(compiled, variables, name=name, budget=budget)
+
+
+def message_keys(compiled: sandbox.Compiled, source: str) -> frozenset[str] | None:
+    """The keys of a message the compiled form of ``source`` can read (:mod:`chatcodec.footprint`), or None
+    (it may see a message whole, or ``source`` takes the generic path)."""
+    fast = _fast(compiled, source)
+    return None if fast is None else fast.message_keys  # type: ignore[no-any-return]
+
+
+def _fast(compiled: sandbox.Compiled, source: str) -> FastTemplate | None:
+    """The compiled form of ``source`` (``compiled``'s), made on first use."""
+    fast = compiled.fast
+    if fast is NOT_COMPILED:
+        fast = compiled.fast = fast_template(source)
+    return fast  # type: ignore[no-any-return]
 
 
 def recover(

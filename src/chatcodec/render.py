@@ -25,6 +25,7 @@ from typing import Any
 
 from . import polyfills, sandbox
 from .capabilities import Capabilities, probe
+from .footprint import ALIASED
 from .exceptions import InputError, TemplateNotFoundError, TemplateRaisedError, TemplateRuntimeError
 from .limits import DEFAULT_LIMITS, Budget, Limits
 from .limits import current as _current_state
@@ -218,10 +219,14 @@ class ChatTemplate:
         """
         try:
             if memo is None:
-                chat = _normalize_messages(messages)  # plain messages are shared as they are
+                chat = _normalize_messages(messages, fast.message_keys)  # plain messages are shared as they are
             else:
                 known = memo.trusted
-                chat = messages if known >= len(messages) else messages[:known] + _normalize_messages(messages[known:])
+                chat = (
+                    messages
+                    if known >= len(messages)
+                    else messages[:known] + _normalize_messages(messages[known:], fast.message_keys)
+                )
             if template_kwargs:
                 for value in template_kwargs.values():
                     if value.__class__ not in _SCALARS:
@@ -372,8 +377,11 @@ class ChatTemplate:
             )
         if now is not None and not isinstance(now, datetime):
             raise InputError(f"now must be a datetime (it pins strftime_now), not {type(now).__name__}.")
+        keys = None  # all the template can read of a message; polyfills and a worker process get every key
+        if not names and not self.limits.isolate:
+            keys = (_COMPILER or _load_compiler()).message_keys(compiled, self._sources[key])
         try:
-            chat = _normalize_messages(messages)
+            chat = _normalize_messages(messages, keys)
             variables: dict[str, Any] = (
                 {**self.special_tokens, **plain(template_kwargs)} if template_kwargs else self.special_tokens.copy()
             )
@@ -604,11 +612,12 @@ def _object_as_dict(value: Any) -> dict[str, Any] | None:
     return None
 
 
-def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
+def _normalize_messages(messages: Any, keys: frozenset[str] | None = None) -> list[dict[str, Any]]:
     """Plain message dicts without top-level ``None`` values, with reasoning aliases (§5.1, §5.4).
 
     A list of messages that need none of it (plain JSON, no ``None`` value, no reasoning field: most
-    conversations) is returned as it is: the sandbox never lets a template change it.
+    conversations) is returned as it is: the sandbox never lets a template change it. With ``keys``, all the
+    template can read of a message (:mod:`chatcodec.footprint`), only those keys need it.
     """
     if type(messages) is list:
         for message in messages:
@@ -618,28 +627,30 @@ def _normalize_messages(messages: Any) -> list[dict[str, Any]]:
                         continue  # the common message, {"role": str, "content": str}
                 except KeyError:
                     pass
-            return _normalized_mixed(messages)
+            return _normalized_mixed(messages, keys)
         return messages
     return _normalized_copy(messages)
 
 
-def _normalized_mixed(messages: list[Any]) -> list[dict[str, Any]]:
+def _normalized_mixed(messages: list[Any], keys: frozenset[str] | None) -> list[dict[str, Any]]:
     """:func:`_normalize_messages` of a list: the messages that need no work kept, the others copied."""
     chat: list[dict[str, Any]] | None = None  # a new list, from the first message that needs work
     nested: list[Any] = []  # the lists and dicts in messages taken as they are: checked at the end
     add = nested.append
+    aliased = keys is None or not keys.isdisjoint(ALIASED)  # whether reasoning aliases can be seen
     for index, message in enumerate(messages):
         if message.__class__ is dict:
             if len(message) == 2 and message.get("content").__class__ is str and message.get("role").__class__ is str:
                 if chat is not None:
                     chat.append(message)
                 continue  # the common message, {"role": str, "content": str}
-            if "reasoning_content" not in message and "thinking" not in message and "reasoning" not in message:
-                for key, value in message.items():
-                    kind = value.__class__
+            if not aliased or not ("reasoning_content" in message or "thinking" in message or "reasoning" in message):
+                for key in message if keys is None else keys:
                     if key.__class__ is not str:
                         break
-                    if kind is str or kind is int or kind is float or kind is bool:
+                    value = message.get(key, message)  # the message itself: the key is not there
+                    kind = value.__class__
+                    if kind is str or kind is int or kind is float or kind is bool or value is message:
                         continue
                     if kind is not dict and kind is not list:
                         break  # None (dropped), or a value to convert
