@@ -145,7 +145,7 @@ def test_pieces_only_for_a_regex_split_then_byte_level(tmp_path: Path) -> None:
         change(changed["pre_tokenizer"]["pretokenizers"])
         tokenizer = Tokenizer.from_str(json.dumps(changed))
         tokenizer.add_special_tokens(["\U0010fffe"])
-        return pieces_for(tokenizer, "\U0010fffe", tokenizer.token_to_id("\U0010fffe"), _encode)
+        return pieces_for(tokenizer, _encode)
 
     assert variant(lambda steps: None) is not None  # the tokenizer itself
     assert variant(lambda steps: steps[0].update(behavior="Removed")) is None

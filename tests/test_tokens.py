@@ -500,7 +500,7 @@ def _deep_tool() -> dict[str, Any]:
 
 HOSTILE: list[tuple[str, Any, dict[str, Any]]] = [
     ("content nested 5000 deep", [{"role": "user", "content": _deep(5000)}], {}),
-    ("a message that holds itself", [{"role": "user", "content": "x", "extra": _cyclic()}], {}),
+    ("a message that holds itself", [{"role": "user", "content": [_cyclic()]}], {}),
     ("tool arguments nested 5000 deep",
      [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": _deep(5000)}}}]}], {}),
     ("a tool nested 5000 deep", [{"role": "user", "content": "x"}], {"tools": [_deep_tool()]}),

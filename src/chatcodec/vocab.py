@@ -462,10 +462,9 @@ class Vocabulary:
         pieces = self._pieces
         if pieces is False:
             tokenizer = self._joiner_for([("", False)])  # the joiner that ASCII text goes to
-            separator = self._separator_id
             pieces = None
-            if tokenizer.normalizer is None and separator is not None:
-                pieces = pieces_for(tokenizer, _SEPARATOR, separator, lambda tok, text: _encode(tok, text))
+            if tokenizer.normalizer is None:
+                pieces = pieces_for(tokenizer, _encode)
             with self._lock:
                 self._pieces = pieces
         if not isinstance(pieces, Pieces):
