@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from chatcodec import ChatTemplate, ChatcodecError, compiler, footprint
+from chatcodec import ChatcodecError, ChatTemplate, compiler, footprint
 from chatcodec.sandbox import environment
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -48,25 +48,25 @@ def test_key_reads_are_found(source: str, keys: list[str]) -> None:
 
 
 SEEING_WHOLE = [
-        "{{ messages[0] }}",  # printed whole
-        "{{ messages[0] | tojson }}",
-        "{% for m in messages %}{{ m | tojson }}{% endfor %}",
-        "{% for m in messages %}{% for k in m %}{{ k }}{% endfor %}{% endfor %}",  # its keys
-        "{% for m in messages %}{{ m.items() | list }}{% endfor %}",
-        "{% for m in messages %}{{ m.get(m.role) }}{% endfor %}",  # a key not known
-        "{% for m in messages %}{{ m[m.role] }}{% endfor %}",
-        "{% macro show(x) %}{{ x.content }}{% endmacro %}{% for m in messages %}{{ show(m) }}{% endfor %}",
-        "{% for m in messages %}{{ loop.previtem.role if loop.previtem }}{% endfor %}",
-        "{% for m in messages %}{{ (loop | attr('nextitem')).role }}{% endfor %}",
-        "{% for m in messages %}{% set m = {'role': 'x'} %}{{ m.role }}{% endfor %}",  # rebound
-        "{% macro f(m) %}{{ m }}{% endmacro %}{% for m in messages %}{{ m.role }}{% endfor %}",  # same name
-        "{% set ns = namespace(last=none) %}{% for m in messages %}{% set ns.last = m %}{% endfor %}{{ ns.last }}",
-        "{{ (messages | selectattr('role', 'equalto', 'user') | first).content }}",
-        "{{ (messages and messages[0].role) }}{{ x and messages }}",  # the list as a value
-        "{% set messages = messages + [1] %}{{ messages[0].role }}",
-        "{% for m in messages %}{{ m == messages[0] }}{% endfor %}",
-        "{% for m in messages recursive %}{{ m.role }}{% endfor %}",
-        "{% with m = messages[0] %}{{ m.role }}{% endwith %}",
+    "{{ messages[0] }}",  # printed whole
+    "{{ messages[0] | tojson }}",
+    "{% for m in messages %}{{ m | tojson }}{% endfor %}",
+    "{% for m in messages %}{% for k in m %}{{ k }}{% endfor %}{% endfor %}",  # its keys
+    "{% for m in messages %}{{ m.items() | list }}{% endfor %}",
+    "{% for m in messages %}{{ m.get(m.role) }}{% endfor %}",  # a key not known
+    "{% for m in messages %}{{ m[m.role] }}{% endfor %}",
+    "{% macro show(x) %}{{ x.content }}{% endmacro %}{% for m in messages %}{{ show(m) }}{% endfor %}",
+    "{% for m in messages %}{{ loop.previtem.role if loop.previtem }}{% endfor %}",
+    "{% for m in messages %}{{ (loop | attr('nextitem')).role }}{% endfor %}",
+    "{% for m in messages %}{% set m = {'role': 'x'} %}{{ m.role }}{% endfor %}",  # rebound
+    "{% macro f(m) %}{{ m }}{% endmacro %}{% for m in messages %}{{ m.role }}{% endfor %}",  # same name
+    "{% set ns = namespace(last=none) %}{% for m in messages %}{% set ns.last = m %}{% endfor %}{{ ns.last }}",
+    "{{ (messages | selectattr('role', 'equalto', 'user') | first).content }}",
+    "{{ (messages and messages[0].role) }}{{ x and messages }}",  # the list as a value
+    "{% set messages = messages + [1] %}{{ messages[0].role }}",
+    "{% for m in messages %}{{ m == messages[0] }}{% endfor %}",
+    "{% for m in messages recursive %}{{ m.role }}{% endfor %}",
+    "{% with m = messages[0] %}{{ m.role }}{% endwith %}",
 ]
 
 

@@ -2079,7 +2079,7 @@ def message_keys(compiled: sandbox.Compiled, source: str) -> frozenset[str] | No
     """The keys of a message the compiled form of ``source`` can read (:mod:`chatcodec.footprint`), or None
     (it may see a message whole, or ``source`` takes the generic path)."""
     fast = _fast(compiled, source)
-    return None if fast is None else fast.message_keys  # type: ignore[no-any-return]
+    return None if fast is None else fast.message_keys
 
 
 def _fast(compiled: sandbox.Compiled, source: str) -> FastTemplate | None:

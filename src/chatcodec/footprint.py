@@ -105,7 +105,7 @@ def _item_names(tree: nodes.Template, lists: frozenset[str]) -> frozenset[str]:
     """The names that only ever hold one message: every binding of them is the target of a loop over a list
     of messages, or a ``{% set %}`` of a message."""
     loops: dict[str, list[nodes.For]] = {}
-    sets: dict[str, list[nodes.Expr]] = {}
+    sets: dict[str, list[nodes.Node]] = {}
     sites = set()
     for loop in tree.find_all(nodes.For):
         if isinstance(loop.target, nodes.Name):

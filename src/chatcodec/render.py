@@ -25,8 +25,8 @@ from typing import Any
 
 from . import polyfills, sandbox
 from .capabilities import Capabilities, probe
-from .footprint import ALIASED
 from .exceptions import InputError, TemplateNotFoundError, TemplateRaisedError, TemplateRuntimeError
+from .footprint import ALIASED
 from .limits import DEFAULT_LIMITS, Budget, Limits
 from .limits import current as _current_state
 from .limits import recorded as _recorded_state
