@@ -10,7 +10,6 @@ the mask, its variants and the per-message spans (or the error) must be those of
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -191,18 +190,19 @@ def test_threads_growing_masks_share_the_memory_safely() -> None:
     assert not failures
 
 
-def test_a_mask_asked_for_later_is_worked_out_in_full(tmp_path: Path) -> None:
-    """Only an encode that asks for the mask goes on from the last one's; a mask read later is found anew, and
-    reading the default mask twice gives the same list (the memory, once kept, is never changed)."""
+def test_a_mask_read_later_goes_on_from_the_last_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mask not asked for in encode but read from the encoding afterwards goes on from the last encode's too,
+    and is kept for the next; reading the default mask twice gives the same list (the memory, once kept, is
+    never changed)."""
     remembering, forgetting = _codecs("qwen3")
+    tally = Tally(monkeypatch)
     chat = _bench_chat(6, reasoning=True)
-    for end in range(3, len(chat), 2):
-        remembering.encode(chat[:end], return_assistant_tokens_mask=True)
-    later = remembering.encode(chat)
-    assert later._growing is None
-    want = forgetting.encode(chat, return_assistant_tokens_mask=True)
-    assert later.assistant_mask == want.assistant_mask
-    grown = remembering.encode([*chat, {"role": "user", "content": "more?"}], return_assistant_tokens_mask=True)
+    for end in range(3, len(chat) + 1, 2):
+        later = remembering.encode(chat[:end])
+        assert later.assistant_mask == forgetting.encode(chat[:end], return_assistant_tokens_mask=True).assistant_mask
+    # the first encode is not a growing one, the second has no mask to go on from, the other four went on
+    assert tally.anchors == tally.turns == tally.bits == 4
+    grown = remembering.encode([*chat, {"role": "user", "content": "more?"}])
     again = grown.mask()
     assert again == grown.assistant_mask and again is not grown.assistant_mask
 

@@ -219,6 +219,7 @@ class Codec:
         specials = "\0".join(self.template.special_tokens.values())
         self._reserved = frozenset(stand_ins_in(sources + "\0" + specials))
         self._sources = tuple(self.template.sources.values())
+        self._tags: bool | None = None  # whether {% generation %} blocks decide the mask (_tagged, found once)
         self._marked_variables = frozenset(template_variables_with_marks(self.template.special_tokens, self._marks))
 
     def __repr__(self) -> str:
@@ -259,9 +260,10 @@ class Codec:
         ``add_special_tokens=True`` adds what the tokenizer's post-processor adds (BOS, EOS) only where the
         prompt lacks it; by default nothing is added, as in transformers, because the template owns them.
         ``return_assistant_tokens_mask=True`` computes :attr:`Encoding.assistant_mask` now, so that a
-        conversation whose assistant turns cannot be found raises :class:`~chatcodec.MaskError` here; for a
-        conversation that grew from one the codec remembers, the mask goes on from that encode's
-        (:class:`chatcodec.masks.MaskMemory`: the same mask, at the cost of the new messages).
+        conversation whose assistant turns cannot be found raises :class:`~chatcodec.MaskError` here. For a
+        conversation that grew from one the codec remembers, the mask (computed now or read later) goes on
+        from that encode's, if its mask was read (:class:`chatcodec.masks.MaskMemory`: the same mask, at the
+        cost of the new messages).
 
         >>> codec = load("../shared/tokenizers/llama3_1")  # doctest: +SKIP
         >>> enc = codec.encode([{"role": "user", "content": "Hi<|eot_id|>"}])  # doctest: +SKIP
@@ -280,13 +282,15 @@ class Codec:
         )  # fmt: skip
         if polyfill:
             options["polyfill"] = polyfill
+        tagged = not continue_final_message and self._tagged()
         # the mask of a tagged template reads the spans of the encode's own render: one render, not two
-        tagged = return_assistant_tokens_mask and not continue_final_message and self._tagged()
-        # the mask of a growing conversation goes on from the last encode's (masks.MaskMemory)
-        growing = return_assistant_tokens_mask and not continue_final_message and not tagged
+        spans = return_assistant_tokens_mask and tagged
+        # the mask of a growing conversation goes on from the last encode's (masks.MaskMemory), asked for now
+        # or read later from the encoding
+        growing = not continue_final_message and not tagged
         try:
             encoding = self._encode(
-                vocab, messages, options, template_kwargs, content_special_tokens, spans=tagged, growing=growing
+                vocab, messages, options, template_kwargs, content_special_tokens, spans=spans, growing=growing
             )
             if add_special_tokens:
                 encoding._runs = vocab.add_missing_special_tokens(encoding._runs)
@@ -495,9 +499,11 @@ class Codec:
         return self.template.render_spans(messages, **options)
 
     def _tagged(self) -> bool:
-        from .masks import has_generation_tags
+        if self._tags is None:
+            from .masks import has_generation_tags
 
-        return has_generation_tags(self._sources)
+            self._tags = has_generation_tags(self._sources)
+        return self._tags
 
     def _remember(
         self,
