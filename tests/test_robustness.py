@@ -51,9 +51,12 @@ def test_self_referencing_messages() -> None:
     role and content only), nothing of it is seen, on the first render as on the next ones."""
     message: dict[str, Any] = {"role": "user", "content": ["hi"]}
     message["content"].append(message)
-    for _ in range(2):
-        with pytest.raises(InputError, match="refer to themselves"):
-            load_template("chatml").render([message])
+    itself: dict[str, Any] = {"role": "user", "content": "hi", "name": "x"}
+    itself["content"] = itself
+    for held in (message, itself):
+        for _ in range(2):
+            with pytest.raises(InputError, match="refer to themselves"):
+                load_template("chatml").render([held])
     elsewhere: dict[str, Any] = {"role": "user", "content": "hi"}
     elsewhere["self"] = elsewhere
     for template in (load_template("chatml"), ChatTemplate(load_template("chatml").source)):

@@ -632,6 +632,9 @@ def _normalize_messages(messages: Any, keys: frozenset[str] | None = None) -> li
     return _normalized_copy(messages)
 
 
+_ABSENT: Any = object()  # a key a template reads that a message does not have
+
+
 def _normalized_mixed(messages: list[Any], keys: frozenset[str] | None) -> list[dict[str, Any]]:
     """:func:`_normalize_messages` of a list: the messages that need no work kept, the others copied."""
     chat: list[dict[str, Any]] | None = None  # a new list, from the first message that needs work
@@ -648,9 +651,9 @@ def _normalized_mixed(messages: list[Any], keys: frozenset[str] | None) -> list[
                 for key in message if keys is None else keys:
                     if key.__class__ is not str:
                         break
-                    value = message.get(key, message)  # the message itself: the key is not there
+                    value = message.get(key, _ABSENT)
                     kind = value.__class__
-                    if kind is str or kind is int or kind is float or kind is bool or value is message:
+                    if kind is str or kind is int or kind is float or kind is bool or value is _ABSENT:
                         continue
                     if kind is not dict and kind is not list:
                         break  # None (dropped), or a value to convert
