@@ -10,6 +10,8 @@ the mask, its variants and the per-message spans (or the error) must be those of
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -205,6 +207,23 @@ def test_a_mask_read_later_goes_on_from_the_last_one(monkeypatch: pytest.MonkeyP
     grown = remembering.encode([*chat, {"role": "user", "content": "more?"}])
     again = grown.mask()
     assert again == grown.assistant_mask and again is not grown.assistant_mask
+
+
+def test_an_encoding_read_late_does_not_hold_the_historys_entries() -> None:
+    """An encoding whose mask is not read yet holds the last encode's mask memory, not its own history entry:
+    once the history lets the entry go, it is gone, and the mask read then is still a fresh codec's."""
+    remembering, forgetting = _codecs("qwen3")
+    chat = _bench_chat(4, reasoning=True)
+    assert remembering.encode(chat[:3]).assistant_mask
+    assert remembering.encode(chat[:5]).assistant_mask  # the memory the next one goes on from
+    grown = remembering.encode(chat[:7])
+    assert grown._growing is not None and grown._growing.previous is not None
+    entries = [weakref.ref(entry) for slot in remembering.history._slots.values() for entry in slot]
+    assert entries
+    remembering.history.clear()
+    gc.collect()
+    assert all(entry() is None for entry in entries)
+    assert grown.assistant_mask == forgetting.encode(chat[:7], return_assistant_tokens_mask=True).assistant_mask
 
 
 def _grow_with(source: str, chats: list[list[dict[str, Any]]]) -> None:

@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import marshal
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import InputError
@@ -49,8 +50,8 @@ class Entry:
     """
 
     __slots__ = (
-        "copies", "key", "loose", "marked", "mask", "policy", "record", "seen", "size", "swapped", "swapped_chars",
-        "table", "tokens",
+        "__weakref__", "copies", "key", "loose", "marked", "mask", "policy", "record", "seen", "size", "swapped",
+        "swapped_chars", "table", "tokens",
     )  # fmt: skip
 
     def __init__(
@@ -224,6 +225,18 @@ class History:
             while (self._count > self.entries or self._bytes > self.max_bytes) and self._slots:
                 oldest = next(iter(self._slots.values()))
                 self._drop(oldest[0])
+
+    def keeper(self, entry: Entry) -> Callable[[MaskMemory], None]:
+        """:meth:`keep_mask` for ``entry``, holding it weakly: an encoding whose mask is read late does not keep
+        an entry the history has let go (it would not be kept then either)."""
+        held = weakref.ref(entry)
+
+        def keep(memory: MaskMemory) -> None:
+            entry = held()
+            if entry is not None:
+                self.keep_mask(entry, memory)
+
+        return keep
 
     def keep_mask(self, entry: Entry, memory: MaskMemory) -> None:
         """Keep what ``entry``'s assistant mask left for the next encode, counted in the bytes (the mask is

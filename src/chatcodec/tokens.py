@@ -32,7 +32,6 @@ import logging
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -379,7 +378,7 @@ class Codec:
                 if growing and state[0] is shielded:
                     from .masks import Growing
 
-                    keep = partial(history.keep_mask, entry) if entry is not None else None
+                    keep = history.keeper(entry) if entry is not None else None
                     encoding._growing = Growing(base.mask, memo.trusted, keep)
                 return encoding
         shield = Shield(self._marks, reserved, reject=policy == "reject", table=base.table if base else None)
