@@ -41,6 +41,14 @@ def keys_of(source: str) -> list[str] | None:
         ("{% if not messages %}{{ messages is defined }}{% endif %}{{ 1 if messages else 2 }}", []),
         ("{% for m in messages %}{{ m.tool_calls[0].function.arguments | tojson }}{% endfor %}", ["tool_calls"]),
         ("{% for m in messages %}{{ m is defined }}{{ loop.index }}{% endfor %}", []),
+        ("{% for m in messages %}{% if m and not loop.previtem %}{% endif %}{{ 1 if m or m }}{% endfor %}", []),
+        ("{% for m in messages %}{% if loop.previtem and loop.previtem.role %}{% endif %}{% endfor %}", ["role"]),
+        ("{% for m in messages %}{{ loop.nextitem['content'] if loop.last is false }}{% endfor %}", ["content"]),
+        # the neighbours of a loop over tool calls are tool calls, read as they please
+        (
+            "{% for m in messages %}{% for c in m.tool_calls %}{{ loop.previtem | tojson }}{% endfor %}{% endfor %}",
+            ["tool_calls"],
+        ),
     ],
 )
 def test_key_reads_are_found(source: str, keys: list[str]) -> None:
@@ -56,8 +64,9 @@ SEEING_WHOLE = [
     "{% for m in messages %}{{ m.get(m.role) }}{% endfor %}",  # a key not known
     "{% for m in messages %}{{ m[m.role] }}{% endfor %}",
     "{% macro show(x) %}{{ x.content }}{% endmacro %}{% for m in messages %}{{ show(m) }}{% endfor %}",
-    "{% for m in messages %}{{ loop.previtem.role if loop.previtem }}{% endfor %}",
+    "{% for m in messages %}{{ loop.previtem if m.role }}{% endfor %}",  # a neighbour printed
     "{% for m in messages %}{{ (loop | attr('nextitem')).role }}{% endfor %}",
+    "{% for m in messages %}{{ m or 'none' }}{% endfor %}",  # `or` gives the message as its value
     "{% for m in messages %}{% set m = {'role': 'x'} %}{{ m.role }}{% endfor %}",  # rebound
     "{% macro f(m) %}{{ m }}{% endmacro %}{% for m in messages %}{{ m.role }}{% endfor %}",  # same name
     "{% set ns = namespace(last=none) %}{% for m in messages %}{% set ns.last = m %}{% endfor %}{{ ns.last }}",
@@ -132,6 +141,7 @@ def outcome(template: ChatTemplate, messages: list[Any], tools: Any, options: di
         *SEEING_WHOLE,
         "{% for m in messages %}{% if 'name' in m %}[{{ m.role }}]{% endif %}{% endfor %}",
         "{% for m in messages %}{{ m.thinking }}|{{ m.get('reasoning_content') }}|{{ m.meta }}{% endfor %}",
+        "{% for m in messages %}{% if loop.previtem and loop.previtem.name %}{{ m.role }}{% endif %}{% endfor %}",
     ],
 )
 def test_templates_that_see_more_render_loaded_messages_as_normalized_ones(source: str) -> None:
@@ -146,6 +156,16 @@ def test_templates_that_see_more_render_loaded_messages_as_normalized_ones(sourc
                 expected = outcome(template, messages, None, {}, full=True)
             else:
                 assert outcome(template, messages, None, {}, full=False) == expected
+
+
+def test_a_message_with_none_of_the_keys_read_is_true_as_its_normalized_copy() -> None:
+    """A message whose keys are all null is empty once normalized, so false: one with none of the keys a
+    template reads is normalized in full, so that a template testing its truth sees what transformers shows."""
+    template = ChatTemplate("{% for m in messages %}{% if m %}[{{ m.role }}]{% endif %}{% endfor %}")
+    messages = [{"refusal": None}, {"role": "user", "content": "x", "audio": None}]
+    for _ in range(2):
+        assert outcome(template, messages, None, {}, full=False) == "[user]"
+    assert outcome(template, messages, None, {}, full=True) == "[user]"
 
 
 def test_every_corpus_template_renders_loaded_messages_as_their_normalized_copies() -> None:
@@ -167,4 +187,4 @@ def test_every_corpus_template_renders_loaded_messages_as_their_normalized_copie
                     )
                     compared += 1
         reading += template._fast is not None and template._fast.message_keys is not None
-    assert reading >= 40 and compared > 3000  # 44 of the 56 templates read only some keys: the new way is taken
+    assert reading >= 45 and compared > 3000  # 47 of the 56 templates read only some keys: the new way is taken

@@ -647,7 +647,11 @@ def _normalized_mixed(messages: list[Any], keys: frozenset[str] | None) -> list[
                 if chat is not None:
                     chat.append(message)
                 continue  # the common message, {"role": str, "content": str}
-            if not aliased or not ("reasoning_content" in message or "thinking" in message or "reasoning" in message):
+            if (
+                not aliased or not ("reasoning_content" in message or "thinking" in message or "reasoning" in message)
+            ) and (
+                keys is None or not keys.isdisjoint(message)  # none of the keys: its truth may be the nulls'
+            ):
                 for key in message if keys is None else keys:
                     if key.__class__ is not str:
                         break
