@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from chatcodec import ChatcodecError, ChatTemplate, compiler, footprint
+from chatcodec import ChatcodecError, ChatTemplate, compiler, footprint, render
 from chatcodec.sandbox import environment
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -124,11 +124,14 @@ def loaded(message: dict[str, Any], rng: random.Random) -> dict[str, Any]:
 
 def outcome(template: ChatTemplate, messages: list[Any], tools: Any, options: dict[str, Any], full: bool) -> str:
     """The render (the short way, which normalizes what the template reads), or with every message normalized
-    in full (the general way, told the template may read every key); or the error either raises."""
+    in full, one by one (the general way, its shortcuts for plain messages taken out); or the error either
+    raises."""
     try:
         if full:
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(compiler, "message_keys", lambda compiled, source: None)
+                patch.setattr(
+                    render, "_normalize_messages", lambda messages, keys=None: render._normalized_copy(messages)
+                )
                 return template.render_with_report(messages, tools=tools, polyfill=False, **options)[0]
         return template.render(messages, tools=tools, **options)
     except ChatcodecError as error:

@@ -652,6 +652,7 @@ def _normalized_mixed(messages: list[Any], keys: frozenset[str] | None) -> list[
             ) and (
                 keys is None or not keys.isdisjoint(message)  # none of the keys: its truth may be the nulls'
             ):
+                nulls = False
                 for key in message if keys is None else keys:
                     if key.__class__ is not str:
                         break
@@ -659,11 +660,18 @@ def _normalized_mixed(messages: list[Any], keys: frozenset[str] | None) -> list[
                     kind = value.__class__
                     if kind is str or kind is int or kind is float or kind is bool or value is _ABSENT:
                         continue
-                    if kind is not dict and kind is not list:
-                        break  # None (dropped), or a value to convert
-                    add(value)
+                    if value is None:
+                        nulls = True  # dropped (§5.1)
+                    elif kind is dict or kind is list:
+                        add(value)
+                    else:
+                        break  # a value to convert
                 else:
-                    if chat is not None:
+                    if nulls:  # plain but for its nulls (an OpenAI client's "tool_calls": null): a copy without them
+                        if chat is None:
+                            chat = messages[:index]
+                        chat.append({key: value for key, value in message.items() if value is not None})
+                    elif chat is not None:
                         chat.append(message)
                     continue
         if chat is None:
