@@ -79,7 +79,7 @@ class _Reading:
             if node.attr in _NEIGHBOURS and isinstance(node.node, nodes.Name) and node.node.name == "loop"
             and (loop := self._loop_of(node)) is not None and self.is_list(loop.iter)
         }  # fmt: skip
-        self.items: frozenset[str] = frozenset()
+        self.items: frozenset[str] = frozenset()  # set as the names are found (is_item reads it meanwhile)
         self.items = self._item_names(tree)
         #: `message.get('key', ...)`: the Getattr of each such call, and its key; `'key' in message`: the
         #: operand of each such test, and its key

@@ -222,9 +222,7 @@ class History:
             self._bytes += entry.size
             if len(slot) > _PER_KEY:
                 self._drop(slot[0])
-            while (self._count > self.entries or self._bytes > self.max_bytes) and self._slots:
-                oldest = next(iter(self._slots.values()))
-                self._drop(oldest[0])
+            self._shrink()
 
     def keeper(self, entry: Entry) -> Callable[[MaskMemory], None]:
         """:meth:`keep_mask` for ``entry``, holding it weakly: an encoding whose mask is read late does not keep
@@ -248,9 +246,13 @@ class History:
             entry.mask = memory
             entry.size += memory.size
             self._bytes += memory.size
-            while self._bytes > self.max_bytes and self._slots:
-                oldest = next(iter(self._slots.values()))
-                self._drop(oldest[0])
+            self._shrink()
+
+    def _shrink(self) -> None:
+        """Drop the least recently used entries until both bounds hold (the caller holds the lock)."""
+        while (self._count > self.entries or self._bytes > self.max_bytes) and self._slots:
+            oldest = next(iter(self._slots.values()))
+            self._drop(oldest[0])
 
     def _drop(self, entry: Entry) -> None:
         slot = self._slots.get(entry.key)
