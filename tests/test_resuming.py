@@ -602,3 +602,32 @@ def test_a_resumed_render_keeps_the_output_limit() -> None:
     assert resumed.resumed == 2
     with pytest.raises(limits.LimitError):
         template.render(longer)
+
+
+def test_a_cut_of_the_messages_is_found_where_it_starts() -> None:
+    """A loop over a cut of the messages takes the vouched-for messages as they are only where the cut starts
+    where the last one did; the same message object twice leaves that unsure, and the items are compared."""
+    a, b, c = ({"role": "user", "content": t} for t in "abc")
+    assert resuming._origin([a, b, c], [b, c]) == 1  # messages[1:]
+    assert resuming._origin([a, b, c], [a, b]) == 0  # messages[:-1]
+    assert resuming._origin([a, b, c], [a, b, c][:]) == 0
+    assert resuming._origin([a, b, c], [c, a]) == -1  # not a cut
+    assert resuming._origin([a, b, a, c], [b, a, c]) == 1  # a repeated message, the cut still sure
+    assert resuming._origin([a, b, a, b], [a, b]) == -1  # messages[:2] or messages[2:]
+    assert resuming._origin([a, a, b, a, a], [a, b, a, a]) == -1  # messages[1:], or [:4] by its ends
+
+
+def test_a_loop_over_a_cut_resumes_exactly_when_a_message_object_repeats() -> None:
+    template = ChatTemplate(
+        "{% set rest = messages[1:] %}{{ messages[0].content }}|{% for m in rest %}[{{ m.content }}]{% endfor %}"
+    )
+    one, two = {"role": "user", "content": "one"}, {"role": "user", "content": "two"}
+    template.render([one, two])  # compiled on first use: later renders can resume
+    chats = [[one, two], [one, two, one], [one, two, one, two], [one, two, one, two, one]]
+    previous, seen = None, None
+    for chat in chats:
+        given = chat if seen is None else seen + chat[len(seen) :]
+        memo = Memo(previous, len(seen) if seen is not None else 0)
+        assert template.render_resuming(memo, given) == template.render(chat)
+        previous, seen = memo.record, memo.messages
+    assert memo.resumed > 0

@@ -189,6 +189,8 @@ class Shield:
         self.marked: list[tuple[int, int]] = []
         #: message index -> (its JSON text, what it became), for the messages swapped through JSON
         self.swapped: dict[int, tuple[str, Any]] = {}
+        #: whether :meth:`apply` walked the messages (the general way), not only swapped JSON texts
+        self.walked = False
         self._only_tokens = False
 
     @property
@@ -252,6 +254,7 @@ class Shield:
             if result is not None:
                 return result
         self.swapped = {}
+        self.walked = True
         while True:
             reserved = set(self.reserved)
             self.table, self.suspects = dict(self._seed), []

@@ -221,12 +221,9 @@ class ChatTemplate:
             if memo is None:
                 chat = _normalize_messages(messages, fast.message_keys)  # plain messages are shared as they are
             else:
-                known = memo.trusted
-                chat = (
-                    messages
-                    if known >= len(messages)
-                    else messages[:known] + _normalize_messages(messages[known:], fast.message_keys)
-                )
+                tail = messages[memo.trusted :]
+                normalized = _normalize_messages(tail, fast.message_keys)
+                chat = messages if normalized is tail else messages[: memo.trusted] + normalized
             if template_kwargs:
                 for value in template_kwargs.values():
                     if value.__class__ not in _SCALARS:

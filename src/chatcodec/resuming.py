@@ -20,8 +20,8 @@ compiled template (:mod:`chatcodec.compiler`) skip them, and is exact by constru
   from the end (``messages[-1]``), past it, or of ``loop.length`` counts as reading every message.
 * **A render resumes** at iteration ``k`` when iterations ``0..k-1`` cannot tell the two renders apart: the
   names from outside the loop hold equal values (compared strictly: ``1``, ``1.0`` and ``True`` differ,
-  and so does the order of keys), the messages they read are the very same objects, which the caller
-  vouches it has not changed (``trusted``), and every comparison of a loop counter with an outside value
+  and so does the order of keys), the messages they read are the very objects the last render saw, which
+  the caller vouches it has not changed (``trusted``), and every comparison of a loop counter with an outside value
   (``loop.index0 > ns.last_query_index``, which changes as the chat grows) has the same outcome for
   those iterations. Their output is then copied from the previous render, the namespaces the loop sets
   are put back as they were at the start of iteration ``k``, and the loop goes on from there.
@@ -483,12 +483,17 @@ class Record:
     reach: list[int]
     states: list[tuple[Any, ...]]
     text: str | None = None
+    #: where the loop's items start in the render's messages, when they are a cut of them (else -1)
+    origin: int = -1
 
 
 class Memo:
     """What a caller gives a render to resume from: the ``previous`` render's record, and how many leading
-    messages it vouches for (``trusted``: the same objects as then, unchanged); the render leaves its own
-    record in ``record``."""
+    messages it vouches for (``trusted``: the very objects the previous render saw, at the same places, and
+    unchanged since); the render leaves its own record in ``record``.
+
+    A loop over the messages, or over a cut of them (``messages[1:]``) that starts where the last one did,
+    takes the vouched-for ones as they are."""
 
     __slots__ = ("messages", "previous", "record", "resumed", "trusted")
 
@@ -506,7 +511,7 @@ class Recorder:
     """The running loop's record: compiled code calls :meth:`begin` and :meth:`end` around each iteration."""
 
     __slots__ = (
-        "base", "copied", "current", "function", "items", "key", "long", "memo", "offsets",
+        "base", "copied", "current", "function", "items", "key", "long", "memo", "offsets", "origin",
         "pieces", "reach", "start", "starts", "state", "states", "thresholds", "top",
     )  # fmt: skip
 
@@ -536,6 +541,8 @@ class Recorder:
         self.state: tuple[Any, ...] | None = None
         #: whether the copied output is longer than the compiled code's short parts (then measured at the end)
         self.long = False
+        #: where the loop's items start in the messages (-1: not a cut of them)
+        self.origin = -1
 
     def begin(self, index: int, at: int, state: tuple[Any, ...] = ()) -> None:
         self.starts.append(at)
@@ -574,7 +581,7 @@ class Recorder:
         self.offsets += [sizes[start - first] for start in starts]
         self.memo.record = Record(
             self.function, self.items, self.key, self.thresholds, sum(map(len, pieces[: self.base])),
-            self.offsets, self.reach, self.states,
+            self.offsets, self.reach, self.states, origin=self.origin,
         )  # fmt: skip
 
 
@@ -592,9 +599,12 @@ def resume(
     run."""
     recorder = Recorder(memo, function, items, key, thresholds, output)
     previous = memo.previous
-    if previous is None or previous.text is None or previous.function is not function or type(items) is not list:
+    if type(items) is not list:
         return recorder
-    start = _agreeing(previous, messages, items, memo.trusted)
+    recorder.origin = origin = _origin(messages, items)
+    if previous is None or previous.text is None or previous.function is not function:
+        return recorder
+    start = _agreeing(previous, messages, items, memo.trusted, origin)
     if start and not _same(previous.key, key):
         start = 0
     for (op, shift, value), (_, _, before) in zip(thresholds, previous.thresholds, strict=True):
@@ -615,10 +625,31 @@ def resume(
     return recorder
 
 
-def _agreeing(previous: Record, messages: Any, items: list[Any], trusted: int) -> int:
+def _origin(messages: Any, items: list[Any]) -> int:
+    """Where ``items`` start in ``messages``, when they are the messages or a cut of them (the plan lets a
+    loop over nothing else resume: the messages, ``messages[k:]`` or ``messages[:k]``); -1 when that is not
+    sure (a cut from either end would fit: the same object twice in the messages)."""
+    if items is messages:
+        return 0
+    if type(messages) is not list or not items or len(items) > len(messages):
+        return -1
+    last = len(items) - 1
+    first = items[0] is messages[0] and items[last] is messages[last]  # messages[:k]
+    end = len(messages) - len(items)  # messages[k:]
+    if items[0] is messages[end] and items[last] is messages[-1]:
+        return end if not first or not end else -1
+    return 0 if first else -1
+
+
+def _agreeing(previous: Record, messages: Any, items: list[Any], trusted: int, origin: int) -> int:
     """How many iterations read only messages that are the same, vouched-for objects as the last time."""
     if type(messages) is not list:
         return 0
+    if origin >= 0 and origin == previous.origin:
+        # items[i] is messages[origin + i], which the caller vouches is what the last render saw at that place:
+        # the last items[i]
+        bound = min(trusted - origin, len(items), len(previous.items))
+        return min(bisect.bisect_left(previous.reach, bound), bound) if bound > 0 else 0
     # `messages[:k]` starts where the messages do, `messages[1:]` ends where they do (checked below, item by item)
     offset = 0 if items is messages or (items and messages and items[0] is messages[0]) else len(messages) - len(items)
     bound = min(trusted - offset, len(items), len(previous.items))

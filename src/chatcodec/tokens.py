@@ -29,6 +29,7 @@ import bisect
 import difflib
 import json
 import logging
+import operator
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -447,7 +448,13 @@ class Codec:
         given = options
         if tools is not options["tools"] or documents is not options["documents"]:
             options = {**options, "tools": tools, "documents": documents}
-        memo = Memo(base.record if trusted else None, trusted)
+        # the render takes the messages kept as the very objects it saw the last time: so they are, but after a
+        # walk, which may have made new ones (of messages without marks it does not), resumed up to the first
+        vouched = trusted
+        if shield.walked and trusted:
+            same = list(map(operator.is_, shielded[:trusted], seen))
+            vouched = same.index(False) if False in same else trusted
+        memo = Memo(base.record if vouched else None, vouched)
         try:
             rendered = self.template.render_resuming(memo, shielded, **options)
         except LimitError:
