@@ -17,6 +17,7 @@ again into itself, so that encoding it alone is encoding it as the tokenizer did
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -117,14 +118,20 @@ def ascii_split(pattern: str) -> re.Pattern[str] | None:
         return None
 
 
-def _probes() -> list[str]:
+@functools.cache
+def _probes() -> tuple[str, ...]:
     chars = [chr(c) for c in range(128)]
     probes = [*chars, *(f"a{c}b" for c in chars), *(f" {c}x" for c in chars), *(c * 3 for c in chars)]
     tricky = "aZq09 \t\n\r\x0b\x0c'sStTlLdDmMvVrReE.,!?-_#()[]{}<>\"\\/\x00\x1c\x1f\x7f"
     rng = random.Random(14)
     probes += ["".join(rng.choices(tricky, k=rng.randint(1, 16))) for _ in range(3000)]
     probes += ["it's", "IT'S", "we'll", "they'RE", "  \n\n  x", "1234567", "a  b", "\r\n", " ?!\n", "''s", "x'", "'"]
-    return probes
+    return tuple(probes)
+
+
+#: what each pre-tokenizer (its state, as JSON) was found to be, once per process: its split regex for ASCII
+#: and its ByteLevel table, or None (splitting the probes takes some 25 ms)
+_FOUND: dict[Any, tuple[re.Pattern[str], dict[int, str]] | None] = {}
 
 
 def pieces_for(tokenizer: Any, encode: Callable[..., Any]) -> Pieces | None:
@@ -133,12 +140,37 @@ def pieces_for(tokenizer: Any, encode: Callable[..., Any]) -> Pieces | None:
     ASCII does not split the probes as the tokenizer does, or the model's ids of a probe's piece alone are
     not the tokenizer's."""
     model = tokenizer.model
-    if type(model).__name__ != "BPE" or model.dropout:
-        return None
     pre = tokenizer.pre_tokenizer
-    steps = [] if pre is None else [json.loads(pre.__getstate__())]
-    if steps and steps[0].get("type") == "Sequence":
-        steps = steps[0].get("pretokenizers") or []
+    if type(model).__name__ != "BPE" or model.dropout or pre is None:
+        return None
+    state = pre.__getstate__()
+    found = _FOUND.get(state, _UNKNOWN)
+    if found is _UNKNOWN:
+        if len(_FOUND) >= 64:
+            _FOUND.clear()
+        found = _FOUND[state] = _split_and_table(pre, json.loads(state))
+    if found is None:
+        return None
+    compiled, table = found
+    pieces = Pieces(tokenizer, compiled, table)
+    checked: dict[str, list[int]] = {}
+    for probe in _probes()[:_CHECKED_PROBES]:
+        for piece in compiled.findall(probe):
+            if piece in checked or not pieces._learn([piece], checked):
+                continue
+            if checked[piece] != encode(tokenizer, piece).ids:
+                return None
+    return pieces
+
+
+_UNKNOWN: Any = object()
+
+
+def _split_and_table(pre: Any, spec: dict[str, Any]) -> tuple[re.Pattern[str], dict[int, str]] | None:
+    """The regex for ASCII of a pre-tokenizer that splits with one regex and then writes bytes as characters
+    (ByteLevel), and what it writes for each ASCII character; None for any other, or when the regex for ASCII
+    does not split every probe as the pre-tokenizer does."""
+    steps = (spec.get("pretokenizers") or []) if spec.get("type") == "Sequence" else [spec]
     if len(steps) != 2:
         return None
     split, byte_level = steps
@@ -150,8 +182,7 @@ def pieces_for(tokenizer: Any, encode: Callable[..., Any]) -> Pieces | None:
     compiled = ascii_split(pattern) if isinstance(pattern, str) else None
     if compiled is None:
         return None
-    probes = _probes()
-    for probe in probes:
+    for probe in _probes():
         theirs = [span for _, span in pre.pre_tokenize_str(probe)]
         ours = [m.span() for m in compiled.finditer(probe)]
         if ours != theirs:
@@ -162,15 +193,7 @@ def pieces_for(tokenizer: Any, encode: Callable[..., Any]) -> Pieces | None:
         if len(written) != 1 or len(written[0][0]) != 1:
             return None
         table[code] = written[0][0]
-    pieces = Pieces(tokenizer, compiled, table)
-    checked: dict[str, list[int]] = {}
-    for probe in probes[:_CHECKED_PROBES]:
-        for piece in compiled.findall(probe):
-            if piece in checked or not pieces._learn([piece], checked):
-                continue
-            if checked[piece] != encode(tokenizer, piece).ids:
-                return None
-    return pieces
+    return compiled, table
 
 
 #: the probes whose pieces are encoded both ways when a Pieces is made: every ASCII character alone, between
