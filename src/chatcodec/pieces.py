@@ -132,6 +132,7 @@ def _probes() -> tuple[str, ...]:
 #: what each pre-tokenizer (its state, as JSON) was found to be, once per process: its split regex for ASCII
 #: and its ByteLevel table, or None (splitting the probes takes some 25 ms)
 _FOUND: dict[Any, tuple[re.Pattern[str], dict[int, str]] | None] = {}
+_UNKNOWN: Any = object()
 
 
 def pieces_for(tokenizer: Any, encode: Callable[..., Any]) -> Pieces | None:
@@ -161,9 +162,6 @@ def pieces_for(tokenizer: Any, encode: Callable[..., Any]) -> Pieces | None:
             if checked[piece] != encode(tokenizer, piece).ids:
                 return None
     return pieces
-
-
-_UNKNOWN: Any = object()
 
 
 def _split_and_table(pre: Any, spec: dict[str, Any]) -> tuple[re.Pattern[str], dict[int, str]] | None:

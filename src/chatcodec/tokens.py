@@ -448,8 +448,8 @@ class Codec:
         given = options
         if tools is not options["tools"] or documents is not options["documents"]:
             options = {**options, "tools": tools, "documents": documents}
-        # the render takes the messages kept as the very objects it saw the last time: so they are, but after a
-        # walk, which may have made new ones (of messages without marks it does not), resumed up to the first
+        # the render takes the messages kept as the very objects it saw the last time; after the shield's walk
+        # (which keeps a message without marks as it is) the memo still vouches only for those it kept
         vouched = trusted
         if shield.walked and trusted:
             same = list(map(operator.is_, shielded[:trusted], seen))
