@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import pytest
 from jinja2 import Undefined, nodes
 
-from chatcodec import ChatcodecError, ChatTemplate, History, compiler, limits, resuming, sandbox, tokens
+from chatcodec import ChatcodecError, ChatTemplate, History, compiler, injection, limits, resuming, sandbox, tokens
 from chatcodec.resuming import Memo
 
 from .conftest import GOLDEN_NOW, SHARED, conversations, manifest, require_shared, template_source
@@ -452,6 +452,37 @@ def test_growing_encodes_equal_fresh_ones(folder: Path, monkeypatch: pytest.Monk
                 assert got.mask(reasoning=True) == fresh.mask(reasoning=True), count
                 assert got.message_spans == fresh.message_spans, count
     assert sum(memo.resumed for memo in CountingMemo.made) > 3 * len(full)  # most of each chat was resumed
+
+
+def test_a_growing_encode_resumes_after_the_shield_walks_the_messages(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under "reject" the shield walks the messages that hold marks (JSON texts are swapped for "escape" only):
+    the messages it kept are still the objects the last render saw, so the render resumes, and every encode
+    equals a fresh codec's."""
+    monkeypatch.setattr(tokens, "Memo", CountingMemo)
+    CountingMemo.made = []
+    walks = []
+    walk = injection.Shield._apply
+
+    def counted(shield: injection.Shield, *args: Any) -> Any:
+        walks.append(len(args[0]))
+        return walk(shield, *args)
+
+    monkeypatch.setattr(injection.Shield, "_apply", counted)
+    remembering, forgetting = tokens.load(folder), tokens.load(folder)
+    forgetting.history = History(entries=0)
+    full: list[dict[str, Any]] = [{"role": "system", "content": "Be brief; use <b> for bold."}]
+    for i in range(12):
+        full.append({"role": "user", "content": f"Is {i} < {i + 1} and [{i}] > []?" if i % 2 else f"Question {i}?"})
+        full.append({"role": "assistant", "content": f"Yes, <b>{i}</b>.", "reasoning_content": f"{i} < {i + 1}"})
+    for count in range(2, len(full) + 1, 2):
+        messages = json.loads(json.dumps(full[:count]))  # rebuilt from JSON each time, as a server does
+        got = remembering.encode(messages, add_generation_prompt=True, content_special_tokens="reject")
+        fresh = forgetting.encode(messages, add_generation_prompt=True, content_special_tokens="reject")
+        assert (got.input_ids, got.text) == (fresh.input_ids, fresh.text), count
+    assert len(walks) > 10  # the growing encodes walked the messages
+    assert sum(memo.resumed for memo in CountingMemo.made) > 3 * 12  # most of each chat was resumed
 
 
 def edits() -> list[Any]:

@@ -26,7 +26,7 @@ import itertools
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from jinja2 import nodes
@@ -189,8 +189,6 @@ class Shield:
         self.marked: list[tuple[int, int]] = []
         #: message index -> (its JSON text, what it became), for the messages swapped through JSON
         self.swapped: dict[int, tuple[str, Any]] = {}
-        #: whether :meth:`apply` walked the messages (the general way), not only swapped JSON texts
-        self.walked = False
         self._only_tokens = False
 
     @property
@@ -209,8 +207,9 @@ class Shield:
     ) -> tuple[Any, Any, Any]:
         """Messages, tools and documents with the marks of every caller string swapped.
 
-        ``clean`` says what is known already: that the first ``n`` messages hold no mark (nor stand-in) but
-        those at the indices listed, and whether the tools and the documents hold none. ``swapped`` gives,
+        ``clean`` says what is known already: that the first ``n`` messages hold no mark (nor stand-in, but
+        this shield's own in messages that went through it before) but those at the indices listed, and whether
+        the tools and the documents hold none. Those messages are returned as they are. ``swapped`` gives,
         for some of those indices, the JSON text a message had and what it became: a message whose JSON text
         is still that becomes that again (JSON text tells ``1`` from ``True``, which ``==`` does not). What this
         call found marks in is :attr:`marked`, and :attr:`swapped` has the same for the messages it swapped.
@@ -254,11 +253,11 @@ class Shield:
             if result is not None:
                 return result
         self.swapped = {}
-        self.walked = True
+        kept = range(known) if not unclean else set(range(known)).difference(unclean)
         while True:
             reserved = set(self.reserved)
             self.table, self.suspects = dict(self._seed), []
-            result = self._apply(*given)
+            result = self._apply(*given, kept)
             clashes = self.reserved.intersection(self.table.values())
             if not clashes or clashes <= set(self._seed.values()):
                 return result  # the caller sees a clash with the stand-ins it went on with (conflicts())
@@ -319,11 +318,15 @@ class Shield:
         finally:
             self._only_tokens = False
 
-    def _apply(self, messages: Any, tools: Any, documents: Any) -> tuple[Any, Any, Any]:
+    def _apply(self, messages: Any, tools: Any, documents: Any, kept: Container[int] = ()) -> tuple[Any, Any, Any]:
+        """The walk of everything, but the messages at the indices ``kept`` (known to hold nothing to swap)."""
         chat = messages if type(messages) is list else getattr(messages, "messages", messages)
         if _is_sequence(chat):
             shielded = []
             for index, message in enumerate(chat):
+                if index in kept:
+                    shielded.append(message)
+                    continue
                 if type(message) is not dict:
                     converted = plain(message) if not isinstance(message, (str, bytes)) else message
                     message = converted if type(converted) is dict else message

@@ -29,7 +29,6 @@ import bisect
 import difflib
 import json
 import logging
-import operator
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -448,13 +447,7 @@ class Codec:
         given = options
         if tools is not options["tools"] or documents is not options["documents"]:
             options = {**options, "tools": tools, "documents": documents}
-        # the render takes the messages kept as the very objects it saw the last time; after the shield's walk
-        # (which keeps a message without marks as it is) the memo still vouches only for those it kept
-        vouched = trusted
-        if shield.walked and trusted:
-            same = list(map(operator.is_, shielded[:trusted], seen))
-            vouched = same.index(False) if False in same else trusted
-        memo = Memo(base.record if vouched else None, vouched)
+        memo = Memo(base.record if trusted else None, trusted)  # the shield kept the messages seen as they are
         try:
             rendered = self.template.render_resuming(memo, shielded, **options)
         except LimitError:
