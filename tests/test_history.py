@@ -9,12 +9,14 @@ a caller who edits an earlier message in place, branches, and threads.
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any
 
 import pytest
 
 from chatcodec import ChatcodecError, History, InputError
 from chatcodec.tokens import Codec
+from chatcodec.vocab import Tokenized
 
 from .conftest import in_threads
 from .test_tokens import _codec
@@ -182,3 +184,68 @@ def test_threads_share_the_memory_safely() -> None:
 
     in_threads(grow, len(chats))
     assert not failures
+
+
+def test_threads_growing_the_same_conversation_agree_with_a_fresh_codec() -> None:
+    """Threads encode the same growing chat at once, switching often: they find the same remembered encode;
+    one takes its lists over, the others copy them or, finding them taken, tokenize in full."""
+    codec = _codec("qwen3").with_template(_codec("qwen3").template)
+    fresh = _fresh(codec)
+    chat = _turns(8, "qwen3")
+    expected = {end: fresh.encode(chat[:end]).input_ids for end in range(1, len(chat) + 1)}
+    failures: list[str] = []
+
+    def grow(index: int) -> None:
+        for end in range(1, len(chat) + 1):
+            if codec.encode(copy.deepcopy(chat[:end])).input_ids != expected[end]:
+                failures.append(f"thread {index} at {end}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        in_threads(grow, 6)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures
+
+
+def _overwrite(tokens: Tokenized) -> None:
+    tokens.ids[:] = [0] * len(tokens.ids)
+
+
+def _cut(tokens: Tokenized) -> None:
+    del tokens.ids[1:], tokens.stops[1:], tokens.stop_runs[1:], tokens.stop_ids[1:]
+
+
+@pytest.mark.parametrize("meanwhile", [_overwrite, _cut])
+def test_an_encode_that_extends_the_last_goes_on_in_its_lists_and_a_branch_copies_them(
+    monkeypatch: pytest.MonkeyPatch, meanwhile: Any
+) -> None:
+    """The encode that extends the remembered one takes its ids and stops over (the memory keeps the new one
+    instead); a branch, which leaves it remembered, copies them; a branch that finds them taken while it
+    reads them (another thread) tokenizes in full."""
+    codec = _codec("llama3_1").with_template(_codec("llama3_1").template)
+    fresh = _fresh(codec)
+    chat = _turns(3, "llama3_1")
+    codec.encode(chat[:1])
+    second = codec.encode(chat[:3], add_generation_prompt=True)  # keeps copies of the messages from now on
+    kept = next(entry for slot in codec.history._slots.values() for entry in slot).tokens
+    branch = [*chat[:2], {"role": "user", "content": "Another question"}]
+    _same(codec.encode(branch, add_generation_prompt=True), fresh.encode(branch, add_generation_prompt=True), "branch")
+    assert not kept.taken and kept.ids == second.input_ids  # copied, left as it was
+    grown = codec.encode(chat[:5], add_generation_prompt=True)
+    _same(grown, fresh.encode(chat[:5], add_generation_prompt=True), "grown")
+    assert kept.taken and kept.ids == grown.input_ids  # went on in place
+
+    latest = next(entry for slot in codec.history._slots.values() for entry in slot if len(entry.copies) == 5).tokens
+    resume_point = Tokenized.resume_point
+
+    def taken_meanwhile(tokens: Tokenized, *args: Any) -> Any:
+        found = resume_point(tokens, *args)
+        if tokens is latest and tokens.take():  # another encode takes the lists and changes them meanwhile
+            meanwhile(tokens)
+        return found
+
+    monkeypatch.setattr(Tokenized, "resume_point", taken_meanwhile)
+    other = [*chat[:4], {"role": "user", "content": "Yet another"}]
+    _same(codec.encode(other, add_generation_prompt=True), fresh.encode(other, add_generation_prompt=True), "taken")

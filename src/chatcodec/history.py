@@ -209,12 +209,15 @@ class History:
         return None
 
     def remember(self, entry: Entry, replacing: Entry | None = None) -> None:
-        """Keep ``entry``; ``replacing`` is the encode it extends, which it makes useless."""
-        if not self.entries or entry.size > self.max_bytes:
+        """Keep ``entry``; ``replacing`` is the encode it extends, which it makes useless (its tokens' lists
+        went on in ``entry``'s: dropped even when ``entry`` is too large to keep)."""
+        if not self.entries:
             return
         with self._lock:
             if replacing is not None:
                 self._drop(replacing)
+            if entry.size > self.max_bytes:
+                return
             slot = self._slots.setdefault(entry.key, [])
             self._slots.move_to_end(entry.key)
             slot.append(entry)

@@ -360,7 +360,8 @@ class Codec:
         base, agreeing = found if found is not None else (None, 0)
         if policy == "allow":
             rendered, generation = self._render(messages, options, spans)
-            tokens = vocab.tokenize(rendered, None, matching, previous=base.tokens if base else None)
+            previous = base.tokens if base is not None else None
+            tokens = vocab.tokenize(rendered, None, matching, previous=previous, extends=_extends(base, agreeing))
             self._remember(slots, base, agreeing, policy, messages, None, tokens)
             return Encoding(self, tokens, (messages, options, rendered, {}, generation))
 
@@ -401,7 +402,7 @@ class Codec:
             options = {**options, "tools": tools, "documents": documents}
         rendered, generation = self._render(shielded, options, spans)
         tokens, state = self._tokenize(
-            vocab, shield, messages, given, options, (shielded, rendered, generation), base, template_kwargs
+            vocab, shield, messages, given, options, (shielded, rendered, generation), base, agreeing, template_kwargs
         )
         self._remember(slots, base, agreeing, policy, messages, shield, tokens)
         return Encoding(self, tokens, state)
@@ -455,7 +456,7 @@ class Codec:
         except ChatcodecError:
             return None  # the usual encode renders the caller's own messages, and says what is wrong with them
         tokens, state = self._tokenize(
-            vocab, shield, messages, given, options, (shielded, rendered, None), base, template_kwargs
+            vocab, shield, messages, given, options, (shielded, rendered, None), base, agreeing, template_kwargs
         )
         copies = (base.copies or [])[:trusted] + fresh
         return tokens, state, shield, copies, memo, hit, shielded
@@ -469,14 +470,17 @@ class Codec:
         options: dict[str, Any],
         render: tuple[Any, str, list[tuple[int, int]] | None],
         base: Entry | None,
+        agreeing: int,
         template_kwargs: dict[str, Any],
     ) -> tuple[Tokenized, Any]:
         """The tokens of a render with stand-ins (``render``: the messages it saw, its text and generation
         spans), checked, and the encoding's state: control tokens only where the template wrote them,
-        whatever it did with the caller's marks."""
+        whatever it did with the caller's marks. The tokens go on from ``base``'s, whose messages agree with
+        these for ``agreeing`` of them."""
         shielded, rendered, generation = render
         restore = shield.restore
-        tokens = vocab.tokenize(rendered, restore, self._matching, previous=base.tokens if base else None)
+        previous = base.tokens if base is not None else None
+        tokens = vocab.tokenize(rendered, restore, self._matching, previous=previous, extends=_extends(base, agreeing))
         state = (shielded, options, rendered, restore, generation)
         if restore:
             if tokens.escaped and shield.reject:
@@ -552,8 +556,7 @@ class Codec:
         entry.swapped_chars = swapped_chars
         if memo is not None and memo.record is not None and memo.messages is not None and copies is not None:
             entry.keep_render(memo.messages, memo.record, base, memo.trusted)
-        extends = base is not None and (base.copies is None or agreeing == len(base.copies))
-        self.history.remember(entry, replacing=base if extends else None)
+        self.history.remember(entry, replacing=base if _extends(base, agreeing) else None)
         return entry
 
     def _variables_with_marks(self, template_kwargs: dict[str, Any]) -> frozenset[str]:
@@ -620,6 +623,12 @@ class Codec:
             ' together from content. Content may not hold control tokens when content_special_tokens="reject";'
             ' "escape" encodes them as plain text.'
         )
+
+
+def _extends(base: Entry | None, agreeing: int) -> bool:
+    """Whether an encode whose messages agree with ``base``'s for ``agreeing`` of them extends it, and so
+    replaces it in the memory (:meth:`History.remember`): all of its messages agree, or it kept none."""
+    return base is not None and (base.copies is None or agreeing == len(base.copies))
 
 
 def _unmatched(

@@ -162,15 +162,24 @@ class Matching:
 _Restored = tuple[tuple[tuple[str, bool, int], ...], tuple[tuple[int, int], ...]]
 
 
+#: what a tokenization keeps of the one before (Vocabulary._resumed): where it goes on from, its runs and ids,
+#: its stops with the runs and ids before each, its escaped spans
+_Resumed = tuple[int, list[Run], list[int], list[int], list[int], list[int], list[tuple[int, int]]]
+
 #: a place in the list of runs that the batch encode at the end of Vocabulary.tokenize fills
 _PENDING = Run(0, [])
 
 
 class Tokenized:
     """A tokenized prompt: its runs and ids, its restored text, its escaped spans, and where a later prompt
-    that begins the same way can take over (the ends of its added tokens, the ``stops``)."""
+    that begins the same way can take over (the ends of its added tokens, the ``stops``).
 
-    __slots__ = ("escaped", "ids", "rendered", "runs", "stop_ids", "stop_runs", "stops", "text")
+    The tokenization of a prompt that extends this one (the next turn of the chat, which the codec's memory
+    keeps instead of this one) may :meth:`take` its lists of ids and stops and go on in them, not in copies;
+    a tokenization that reads them without taking them checks afterwards that nobody took them meanwhile.
+    """
+
+    __slots__ = ("_claim", "escaped", "ids", "rendered", "runs", "stop_ids", "stop_runs", "stops", "text")
 
     def __init__(
         self,
@@ -191,6 +200,21 @@ class Tokenized:
         self.stops = stops or []
         self.stop_runs = stop_runs or []
         self.stop_ids = stop_ids or []
+        self._claim = [True]  # emptied by the one call of take() that gets the lists
+
+    def take(self) -> bool:
+        """Claim the lists of ids and stops, to be cut and extended in place: True for one caller only (an
+        atomic pop), after which the lists are no longer this tokenization's."""
+        try:
+            self._claim.pop()
+        except IndexError:
+            return False
+        return True
+
+    @property
+    def taken(self) -> bool:
+        """Whether :meth:`take` gave the lists away (what was read from them since may be wrong)."""
+        return not self._claim
 
     def resume_point(self, rendered: str, longest: int) -> int | None:
         """The last stop a tokenization of ``rendered`` can start from, or None.
@@ -295,13 +319,16 @@ class Vocabulary:
         *,
         dropped: frozenset[int] = frozenset(),
         previous: Tokenized | None = None,
+        extends: bool = False,
     ) -> Tokenized:
         """The runs of the prompt, its text with stand-ins restored, and the spans of escaped control tokens.
 
         Control tokens starting at a position in ``dropped`` are treated as text. ``previous`` is the
         tokenization of an earlier prompt with the same stand-ins: its runs are kept up to the last added
         token that ends far enough before the first character where the two prompts differ that no match
-        could reach it; only the rest is split and encoded (:meth:`Tokenized.resume_point`).
+        could reach it; only the rest is split and encoded (:meth:`Tokenized.resume_point`). ``extends`` says
+        that nothing will read ``previous`` after this call (the memory replaces it with this one): its lists
+        are then taken over (:meth:`Tokenized.take`) rather than copied.
         """
         if self.splitter is None or (self.start_sensitive and _SEPARATOR in rendered):
             return self._tokenize_whole(rendered, restore, matching.control, dropped)
@@ -319,14 +346,10 @@ class Vocabulary:
         added = self.added
         at = kept_text = 0
         if previous is not None and not dropped:
-            kept = previous.resume_point(rendered, self.longest)
-            if kept is not None:
-                at = kept_text = previous.stops[kept]
-                runs = previous.runs[: previous.stop_runs[kept]]
-                ids = previous.ids[: previous.stop_ids[kept]]
-                stops, stop_runs = previous.stops[: kept + 1], previous.stop_runs[: kept + 1]
-                stop_ids = previous.stop_ids[: kept + 1]
-                escaped = [span for span in previous.escaped if span[1] <= at]
+            resumed = self._resumed(previous, rendered, extends)
+            if resumed is not None:
+                at, runs, ids, stops, stop_runs, stop_ids, escaped = resumed
+                kept_text = at
         known_stops = len(stops)
         first_new = len(runs)
         parts = self._parts(rendered, at, dropped, escaped)  # text, token, text, token, ..., text
@@ -369,6 +392,35 @@ class Vocabulary:
         if len(escaped) > 1:
             escaped.sort()
         return Tokenized(rendered, runs, text, escaped, ids, stops, stop_runs, stop_ids)
+
+    def _resumed(self, previous: Tokenized, rendered: str, extends: bool) -> _Resumed | None:
+        """What a tokenization of ``rendered`` keeps of ``previous``: where it goes on from, and the runs, ids,
+        stops (with the runs and ids before each) and escaped spans before that; None to start afresh.
+
+        With ``extends``, the lists of ids and stops are taken over (:meth:`Tokenized.take`), cut back and gone
+        on with in place; else they are copied, and not used if another call took them meanwhile (it may have
+        cut them, or written over them)."""
+        taking = extends and previous.take()
+        if not taking and previous.taken:
+            return None
+        try:
+            kept = previous.resume_point(rendered, self.longest)
+            if kept is None:
+                return None
+            at = previous.stops[kept]
+            runs = previous.runs[: previous.stop_runs[kept]]
+            if taking:
+                ids, stops, stop_runs, stop_ids = previous.ids, previous.stops, previous.stop_runs, previous.stop_ids
+                del ids[stop_ids[kept] :], stops[kept + 1 :], stop_runs[kept + 1 :], stop_ids[kept + 1 :]
+            else:
+                ids = previous.ids[: previous.stop_ids[kept]]
+                stops, stop_runs = previous.stops[: kept + 1], previous.stop_runs[: kept + 1]
+                stop_ids = previous.stop_ids[: kept + 1]
+        except IndexError:  # lists another call took and cut while this one read them
+            return None
+        if not taking and previous.taken:  # taken while this call read them: what it read may be wrong
+            return None
+        return at, runs, ids, stops, stop_runs, stop_ids, [span for span in previous.escaped if span[1] <= at]
 
     def _parts(self, rendered: str, at: int, dropped: frozenset[int], escaped: list[tuple[int, int]]) -> list[str]:
         """The prompt from ``at`` split at the added tokens it matches: text, token, text, ..., text (one C call
