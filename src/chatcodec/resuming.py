@@ -21,9 +21,9 @@ compiled template (:mod:`chatcodec.compiler`) skip them, and is exact by constru
 * **A render resumes** at iteration ``k`` when iterations ``0..k-1`` cannot tell the two renders apart: the
   names from outside the loop hold equal values (compared strictly: ``1``, ``1.0`` and ``True`` differ,
   and so does the order of keys), the messages they read are the very objects the last render saw, which
-  the caller vouches it has not changed (``trusted``), and every comparison of a loop counter with an outside value
-  (``loop.index0 > ns.last_query_index``, which changes as the chat grows) has the same outcome for
-  those iterations. Their output is then copied from the previous render, the namespaces the loop sets
+  the caller vouches it has not changed (``trusted``), and every comparison of a loop counter with an
+  outside value (``loop.index0 > ns.last_query_index``, which changes as the chat grows) has the same
+  outcome for those iterations. Their output is then copied from the previous render, the namespaces the loop sets
   are put back as they were at the start of iteration ``k``, and the loop goes on from there.
 
 Everything before and after the loop runs as usual, so only the loop's iterations are ever reused.
