@@ -48,6 +48,7 @@ from markupsafe import Markup, escape
 
 from . import footprint, limits, resuming, sandbox
 from .exceptions import LimitError
+from .sandbox import DICT_ATTRIBUTES, SCALARS
 
 __all__ = ["FastTemplate", "fast_template", "render"]
 
@@ -60,7 +61,6 @@ _SHORT = limits.FAST_SIZE
 #: many characters: as with the sandbox's own checks, what is larger is made by limits.add/concat, which pay
 _SHORT_CHAIN = limits.FAST_SIZE
 
-_DICT_ATTRIBUTES = frozenset(dir(dict))
 #: ``loop`` attributes a fast loop computes from its index and length
 _LOOP_ATTRIBUTES = frozenset(
     {"index0", "index", "first", "last", "length", "revindex", "revindex0", "previtem", "nextitem"}
@@ -215,7 +215,7 @@ def _output_part(output: list[str], budget: limits.Budget, value: str) -> None:
 def _namespace(attrs: dict[str, Any]) -> sandbox.TemplateNamespace:
     """``namespace(**attrs)`` for names that start with no underscore (the code generator checks them)."""
     for value in attrs.values():
-        if value.__class__ not in _SCALARS:
+        if value.__class__ not in SCALARS:
             limits.built(attrs)  # it may share containers: they count as often as they occur
             break
     made = _new_namespace(sandbox.TemplateNamespace)
@@ -223,7 +223,6 @@ def _namespace(attrs: dict[str, Any]) -> sandbox.TemplateNamespace:
     return made
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 _new_namespace = object.__new__
 
 
@@ -440,14 +439,14 @@ class _FastGenerator(sandbox._CodeGenerator):
             ref = frame.symbols.find_ref(node.name)
             return (ref,) if ref in self._caches else None
         if isinstance(node, nodes.Getattr):
-            if node.attr in _DICT_ATTRIBUTES or node.attr.startswith("_"):
+            if node.attr in DICT_ATTRIBUTES or node.attr.startswith("_"):
                 return None
             step: tuple[str, Any] = ("k", node.attr)  # a dict hit: the same value as message['role']
         elif isinstance(node, nodes.Getitem):
             key = _constant(node.arg, frame)
             if type(key) is int and key in (0, -1):
                 step = ("n", key)
-            elif type(key) is str and key not in _DICT_ATTRIBUTES and not key.startswith("_"):
+            elif type(key) is str and key not in DICT_ATTRIBUTES and not key.startswith("_"):
                 step = ("k", key)
             else:
                 return None
@@ -1176,7 +1175,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         if self._loop_counter(node, frame):
             return
         attr = node.attr
-        if attr in _DICT_ATTRIBUTES or attr.startswith("_"):
+        if attr in DICT_ATTRIBUTES or attr.startswith("_"):
             super().visit_Getattr(node, frame)
             return
         if self._cached(node, attr, frame):
@@ -1282,7 +1281,7 @@ class _FastGenerator(sandbox._CodeGenerator):
             return
         key = _constant(node.arg, frame)
         value = self._temp()
-        if type(key) is str and key not in _DICT_ATTRIBUTES:
+        if type(key) is str and key not in DICT_ATTRIBUTES:
             if self._cached(node, key, frame):
                 return
             if self._is_dict(node.node, frame):
@@ -1537,7 +1536,7 @@ class _FastGenerator(sandbox._CodeGenerator):
         else:
             return None
         base = target.node
-        if not (type(key) is str and key not in _DICT_ATTRIBUTES and not key.startswith("_")):
+        if not (type(key) is str and key not in DICT_ATTRIBUTES and not key.startswith("_")):
             return None
         if isinstance(base, nodes.Name) and base.name == "loop":
             return None

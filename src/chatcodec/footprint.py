@@ -26,12 +26,12 @@ from collections.abc import Iterator
 
 from jinja2 import nodes
 
+from .sandbox import DICT_ATTRIBUTES  # ``message.items`` is the dict's method, not a key
+
 __all__ = ["ALIASED", "reads"]
 
 #: the keys the reasoning aliases add to a message that has any of the three reasoning fields (§5.4)
 ALIASED = frozenset({"thinking", "reasoning_content"})
-#: ``message.items`` is the dict's method, not a key (``get`` with a constant key is read as the key)
-_DICT_ATTRIBUTES = frozenset(dir(dict))
 #: uses of a list of messages that see no message: its length, whether it is defined
 _COUNTS = frozenset({"length", "count"})
 _DEFINED = frozenset({"defined", "undefined"})
@@ -195,7 +195,7 @@ class _Reading:
         if field != "node":
             return None
         if isinstance(parent, nodes.Getattr):
-            if parent.attr not in _DICT_ATTRIBUTES:
+            if parent.attr not in DICT_ATTRIBUTES:
                 return parent.attr
             return self.keys_read.get(id(parent))  # `message.get('key')`, else a method of the dict: unknown use
         if isinstance(parent, nodes.Getitem):

@@ -256,7 +256,8 @@ class TemplateDict:
         return limits.built(dict.fromkeys(*args, **kwargs))  # type: ignore[no-any-return]
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+#: the types of JSON's scalars, as Python reads them
+SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class TemplateNamespace(Namespace):
@@ -277,7 +278,7 @@ class TemplateNamespace(Namespace):
         for name, value in attrs.items():
             if isinstance(name, str) and name.startswith("_"):
                 _refuse_name(name)
-            if value.__class__ not in _SCALARS:
+            if value.__class__ not in SCALARS:
                 shared = True
         if shared:
             limits.built(attrs)
@@ -352,7 +353,8 @@ class GenerationExtension(jinja2.ext.Extension):
 
 _PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 _STR_FORMAT = frozenset({"format", "format_map"})
-_DICT_ATTRIBUTES = frozenset(dir(dict))
+#: the names of a dict's own attributes (its methods), which are not keys
+DICT_ATTRIBUTES = frozenset(dir(dict))
 _BuiltinMethod = types.BuiltinMethodType
 
 
@@ -715,7 +717,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         kind = type(obj)
-        if kind is dict and attribute not in _DICT_ATTRIBUTES:
+        if kind is dict and attribute not in DICT_ATTRIBUTES:
             # what jinja2 does after `getattr(dict, name)` fails, without raising AttributeError first
             try:
                 return obj[attribute]

@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from .exceptions import ChatcodecError, InputError, LimitError, LoadError, SpecialTokenError
 from .history import Entry, History, copy_of
 from .history import keys as history_keys
-from .injection import Marks, Shield, culprit, reads_marks, stand_ins_in, swap, template_variables_with_marks
+from .injection import Marks, Shield, culprit, reads_marks, stand_ins_in, template_variables_with_marks
 from .polyfills import Polyfill
 from .render import ChatTemplate
 from .resuming import Memo
 from .templates import load_template
-from .vocab import Matching, Run, TextTokenizer, Tokenized, Vocabulary, alternation, common_prefix, vocabulary
+from .vocab import Matching, Run, TextTokenizer, Tokenized, Vocabulary, alternation, common_prefix, swap, vocabulary
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -31,6 +31,7 @@ __all__ = [
     "Vocabulary",
     "alternation",
     "common_prefix",
+    "swap",
     "vocabulary",
 ]
 
@@ -386,9 +387,9 @@ class Vocabulary:
         if not restore:
             text = rendered
         elif kept_text:  # stand-ins swap one character for one: the text agrees as far as the prompt does
-            text = previous.text[:kept_text] + _swap(rendered[kept_text:], restore)  # type: ignore[union-attr]
+            text = previous.text[:kept_text] + swap(rendered[kept_text:], restore)  # type: ignore[union-attr]
         else:
-            text = _swap(rendered, restore)
+            text = swap(rendered, restore)
         if len(escaped) > 1:
             escaped.sort()
         return Tokenized(rendered, runs, text, escaped, ids, stops, stop_runs, stop_ids)
@@ -454,7 +455,7 @@ class Vocabulary:
         key = (text, first, tuple(sorted(restore.items())))
         known = matching.memo.get(key)
         if known is None:
-            restored = _swap(text, restore)
+            restored = swap(text, restore)
             found = tuple(m.span() for m in matching.control.finditer(restored))
             parts: list[tuple[str, bool, int]] = []
             at = 0
@@ -588,7 +589,7 @@ class Vocabulary:
         the text between the added tokens around each is encoded again by the tokenizer without its
         control tokens.
         """
-        text = _swap(rendered, restore) if restore else rendered
+        text = swap(rendered, restore) if restore else rendered
         whole = _encode(self.full, text)
         caller: list[int] = []
         if restore:
@@ -823,7 +824,9 @@ def common_prefix(a: str, b: str, limit: int | None = None) -> int:
     return low
 
 
-def _swap(text: str, mapping: Mapping[str, str]) -> str:
+def swap(text: str, mapping: Mapping[str, str]) -> str:
+    """``text`` with each character that ``mapping`` has replaced by its value (a few ``str.replace`` calls,
+    far faster than ``str.translate`` for characters outside Latin-1)."""
     for old, new in mapping.items():
         if old in text:
             text = text.replace(old, new)
