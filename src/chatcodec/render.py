@@ -30,13 +30,13 @@ from .footprint import ALIASED
 from .limits import DEFAULT_LIMITS, Budget, Limits
 from .limits import current as _current_state
 from .limits import recorded as _recorded_state
+from .sandbox import SCALARS
 
 __all__ = ["ChatTemplate"]
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 #: appended to the text being continued, then found again in the output (§2.7); note the trailing space
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class ChatTemplate:
@@ -223,10 +223,14 @@ class ChatTemplate:
             else:
                 tail = messages[memo.trusted :]
                 normalized = _normalize_messages(tail, fast.message_keys)
-                chat = messages if normalized is tail else messages[: memo.trusted] + normalized
+                if normalized is tail:
+                    chat = messages
+                else:
+                    chat = messages[: memo.trusted]
+                    chat += normalized
             if template_kwargs:
                 for value in template_kwargs.values():
-                    if value.__class__ not in _SCALARS:
+                    if value.__class__ not in SCALARS:
                         template_kwargs = plain(template_kwargs)
                         break
             schemas = None if tools is None else _tool_schemas(tools, "tools" in fast.names)
@@ -454,7 +458,7 @@ def plain(value: Any) -> Any:
     change a dict or list, so sharing them is safe, and most inputs need no conversion at all.
     """
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in SCALARS:
         return value
     if (kind is dict or kind is list) and _all_plain([value]):
         return value
@@ -468,16 +472,16 @@ def _plain_copy(value: Any) -> Any:
     itself, ends in RecursionError), and not walked again at every level.
     """
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in SCALARS:
         return value
     if kind is dict:
         for k, v in value.items():
-            if type(k) is not str or (type(v) not in _SCALARS and _plain_copy(v) is not v):
+            if type(k) is not str or (type(v) not in SCALARS and _plain_copy(v) is not v):
                 return {_plain_copy(k): _plain_copy(v) for k, v in value.items()}
         return value
     if kind is list:
         for v in value:
-            if type(v) not in _SCALARS and _plain_copy(v) is not v:
+            if type(v) not in SCALARS and _plain_copy(v) is not v:
                 return [_plain_copy(v) for v in value]
         return value
     return _convert(value)
@@ -517,7 +521,7 @@ def _all_plain(containers: list[Any]) -> bool:
                         continue
                     if kind is dict or kind is list:
                         add(value)
-                    elif kind not in _SCALARS:
+                    elif kind not in SCALARS:
                         return False
             else:
                 for value in node:
@@ -526,7 +530,7 @@ def _all_plain(containers: list[Any]) -> bool:
                         continue
                     if kind is dict or kind is list:
                         add(value)
-                    elif kind not in _SCALARS:
+                    elif kind not in SCALARS:
                         return False
         if not nested:
             return True
@@ -687,7 +691,7 @@ def _normalized_message(message: Any, index: int) -> dict[str, Any]:
     for key, value in message.items():
         if type(value) is str and type(key) is str:
             continue
-        if value is None or type(key) is not str or (type(value) not in _SCALARS and plain(value) is not value):
+        if value is None or type(key) is not str or (type(value) not in SCALARS and plain(value) is not value):
             # a copy, plain, without the keys whose value is None (§5.1); most messages need none of it
             converted = {plain(k): plain(v) for k, v in message.items() if v is not None}
             break

@@ -433,9 +433,10 @@ class Codec:
                 return None
             fresh.append(copied[0])
         seen: list[Any] = base.seen[:trusted] if trusted else []  # type: ignore[index]
+        seen += fresh  # one copy of the history, not two (a slice, then a sum)
         shield = Shield(self._marks, reserved, reject=policy == "reject", table=base.table)
         shielded, tools, documents = shield.apply(
-            seen + fresh, options["tools"], options["documents"], clean=(trusted, (), False, False)
+            seen, options["tools"], options["documents"], clean=(trusted, (), False, False)
         )
         if shield.conflicts():
             return None
@@ -458,7 +459,8 @@ class Codec:
         tokens, state = self._tokenize(
             vocab, shield, messages, given, options, (shielded, rendered, None), base, agreeing, template_kwargs
         )
-        copies = (base.copies or [])[:trusted] + fresh
+        copies = (base.copies or [])[:trusted]
+        copies += fresh
         return tokens, state, shield, copies, memo, hit, shielded
 
     def _tokenize(
