@@ -5,11 +5,12 @@
     python bench/bench_render.py --before main   # also chatcodec as of a git revision ("before"), same run
 
 For each corpus case every engine renders the same conversation, timed in CPU time, best of a few
-repeats: transformers' ``apply_chat_template(tokenize=False)`` (the reference chatcodec reproduces byte
-for byte), jinja2 alone (the template rendered directly in transformers' sandboxed environment, with no
-preprocessing: a floor for any jinja2-based renderer), minijinja (the Rust engine, when installed; its
-output differs from transformers' on some templates, counted as "exact") and chatcodec
-(``ChatTemplate.render``, compiled path). Prints ratios to transformers, never pass/fail thresholds.
+repeats, the engines taking turns (:func:`per_calls`): transformers' ``apply_chat_template(tokenize=False)``
+(the reference chatcodec reproduces byte for byte), jinja2 alone (the template rendered directly in
+transformers' sandboxed environment, with no preprocessing: a floor for any jinja2-based renderer),
+minijinja (the Rust engine, when installed; its output differs from transformers' on some templates,
+counted as "exact") and chatcodec (``ChatTemplate.render``, compiled path). Prints ratios to
+transformers, never pass/fail thresholds.
 Import cost is measured with bytecode caches (``PYTHONPYCACHEPREFIX``), as an installed package has.
 Needs the dev extra (transformers) and ../shared/corpus beside the checkout.
 """
@@ -38,19 +39,27 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 NOW = datetime(2026, 11, 29, 12, 0, 0)
 
 
-def per_call(fn: Callable[[], Any], budget_s: float, repeats: int) -> float:
-    """Best-of-``repeats`` seconds per call, each repeat running about ``budget_s``."""
-    fn()
-    start = time.process_time()
-    fn()
-    once = max(time.process_time() - start, 1e-7)
-    loops = max(1, int(budget_s / once))
-    best = float("inf")
-    for _ in range(repeats):
+def per_calls(runs: dict[str, Callable[[], Any]], budget_s: float, repeats: int) -> dict[str, float]:
+    """Best-of-``repeats`` seconds per call of each run, each repeat running about ``budget_s``.
+
+    The runs take turns, one repeat each: a host that slows down for a while (another machine on the same
+    processor) slows all of them alike, so the ratios hold, where timing one run to the end and then the next
+    would compare one run's slow spell with another's fast one.
+    """
+    loops = {}
+    for name, fn in runs.items():
+        fn()
         start = time.process_time()
-        for _ in range(loops):
-            fn()
-        best = min(best, (time.process_time() - start) / loops)
+        fn()
+        loops[name] = max(1, int(budget_s / max(time.process_time() - start, 1e-7)))
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            count = loops[name]
+            start = time.process_time()
+            for _ in range(count):
+                fn()
+            best[name] = min(best[name], (time.process_time() - start) / count)
     return best
 
 
@@ -243,7 +252,7 @@ def main() -> int:
                         minijinja_cases += 1
                 if old is not None:
                     runs["before"] = lambda m=messages, t=tools, o=options, r=old: r.render(m, tools=t, now=NOW, **o)
-                measured = {name: per_call(run, budget, repeats) for name, run in runs.items()}
+                measured = per_calls(runs, budget, repeats)
                 for name, seconds in measured.items():
                     times[name].append(seconds)
                 for name in ratios:
@@ -294,21 +303,27 @@ def main() -> int:
     template = chatcodec.ChatTemplate(source, special_tokens=qwen["special_tokens"])
     tokenizer = reference_tokenizer(qwen["special_tokens"])
     tokenizer.chat_template = source
-    t_theirs = per_call(lambda: tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True), 0.2, 5)
-    t_ours = per_call(lambda: template.render(chat, add_generation_prompt=True), 0.2, 5)
+    tenturn: dict[str, Callable[[], Any]] = {
+        "transformers": lambda: tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True),
+        "chatcodec": lambda: template.render(chat, add_generation_prompt=True),
+    }
+    mini = minijinja_renderer(source)
+    if mini is not None:
+        context = {**qwen["special_tokens"], "messages": chat, "add_generation_prompt": True}
+        tenturn["minijinja"] = lambda: mini.render_template("t", **context)
+    if before:
+        old = before.ChatTemplate(source, special_tokens=qwen["special_tokens"])
+        tenturn["before"] = lambda: old.render(chat, add_generation_prompt=True)
+    times = per_calls(tenturn, 0.2, 5)
+    t_theirs, t_ours = times["transformers"], times["chatcodec"]
     line = (
         f"Qwen3, 10-turn chat:  transformers {t_theirs * 1e6:.1f}us, chatcodec {t_ours * 1e6:.1f}us,"
         f" {t_theirs / t_ours:.2f}x"
     )
-    mini = minijinja_renderer(source)
-    if mini is not None:
-        context = {**qwen["special_tokens"], "messages": chat, "add_generation_prompt": True}
-        t_mini = per_call(lambda: mini.render_template("t", **context), 0.2, 5)
-        line += f"; minijinja {t_mini * 1e6:.1f}us ({t_theirs / t_mini:.2f}x)"
-    if before:
-        old = before.ChatTemplate(source, special_tokens=qwen["special_tokens"])
-        t_old = per_call(lambda: old.render(chat, add_generation_prompt=True), 0.2, 5)
-        line += f"; before {t_old * 1e6:.1f}us"
+    if "minijinja" in times:
+        line += f"; minijinja {times['minijinja'] * 1e6:.1f}us ({t_theirs / times['minijinja']:.2f}x)"
+    if "before" in times:
+        line += f"; before {times['before'] * 1e6:.1f}us"
     print(line)
 
     runs = 5 if args.quick else 15
