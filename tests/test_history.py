@@ -249,3 +249,29 @@ def test_an_encode_that_extends_the_last_goes_on_in_its_lists_and_a_branch_copie
     monkeypatch.setattr(Tokenized, "resume_point", taken_meanwhile)
     other = [*chat[:4], {"role": "user", "content": "Yet another"}]
     _same(codec.encode(other, add_generation_prompt=True), fresh.encode(other, add_generation_prompt=True), "taken")
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
+def test_an_encode_extended_as_soon_as_it_is_remembered_keeps_its_own_ids(name: str) -> None:
+    """Once an encode is remembered, another thread's encode that extends it may take its lists over and cut
+    them back: the first caller's encoding holds its ids from before that (found by the threads test)."""
+    codec = _codec(name).with_template(_codec(name).template)
+    fresh = _fresh(codec)
+    chat = _turns(4, name)
+    remember = codec.history.remember
+    extended: list[Any] = []
+    armed: list[bool] = []
+
+    def remember_then_extend(entry: Any, replacing: Any = None) -> None:
+        remember(entry, replacing)
+        if armed and len(entry.tokens.ids) > 1:  # another thread, right after: the chat grown by a turn
+            armed.clear()
+            extended.append(codec.encode(copy.deepcopy(chat[:5])))
+
+    codec.history.remember = remember_then_extend  # type: ignore[method-assign]
+    for end in (2, 3):  # remembered, then with copies of the messages: an encode of the chat now resumes
+        _same(codec.encode(chat[:end]), fresh.encode(chat[:end]), f"{end} messages")
+    armed.append(True)
+    first = codec.encode(chat[:3])
+    assert extended and first.input_ids == fresh.encode(chat[:3]).input_ids
+    _same(extended[0], fresh.encode(chat[:5]), "the extending encode")

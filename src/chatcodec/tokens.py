@@ -362,8 +362,9 @@ class Codec:
             rendered, generation = self._render(messages, options, spans)
             previous = base.tokens if base is not None else None
             tokens = vocab.tokenize(rendered, None, matching, previous=previous, extends=_extends(base, agreeing))
+            encoding = Encoding(self, tokens, (messages, options, rendered, {}, generation))
             self._remember(slots, base, agreeing, policy, messages, None, tokens)
-            return Encoding(self, tokens, (messages, options, rendered, {}, generation))
+            return encoding
 
         reserved = self._reserved
         if template_kwargs:
@@ -372,8 +373,8 @@ class Codec:
             grown = self._encode_growing(vocab, messages, options, template_kwargs, policy, reserved, base, agreeing)
             if grown is not None:
                 tokens, state, shield, copies, memo, hit, shielded = grown
-                entry = self._remember(slots, base, agreeing, policy, messages, shield, tokens, copies, memo, hit)
                 encoding = Encoding(self, tokens, state)
+                entry = self._remember(slots, base, agreeing, policy, messages, shield, tokens, copies, memo, hit)
                 # the mask goes on from the last one's marked copies of the messages with marks swapped, not of
                 # the caller's text as written (a template that looks at marks, _compare)
                 if growing and state[0] is shielded:
@@ -404,8 +405,9 @@ class Codec:
         tokens, state = self._tokenize(
             vocab, shield, messages, given, options, (shielded, rendered, generation), base, agreeing, template_kwargs
         )
+        encoding = Encoding(self, tokens, state)
         self._remember(slots, base, agreeing, policy, messages, shield, tokens)
-        return Encoding(self, tokens, state)
+        return encoding
 
     def _encode_growing(
         self,
@@ -524,7 +526,10 @@ class Codec:
         hit: list[int] | None = None,
     ) -> Entry | None:
         """Keep what the next encode of this conversation can start from (plain JSON messages only), and return
-        it; a growing encode gives its copies, memo and the indices of the messages that hold marks (``hit``)."""
+        it; a growing encode gives its copies, memo and the indices of the messages that hold marks (``hit``).
+
+        Called once the :class:`Encoding` has copied the ids: from here on another thread's encode that extends
+        ``tokens`` may take their lists over and cut them back (:meth:`Tokenized.take`)."""
         if not slots:
             return None
         if hit is None:
