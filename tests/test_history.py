@@ -186,18 +186,26 @@ def test_threads_share_the_memory_safely() -> None:
     assert not failures
 
 
-def test_threads_growing_the_same_conversation_agree_with_a_fresh_codec() -> None:
+@pytest.mark.parametrize("masks", [False, True])
+def test_threads_growing_the_same_conversation_agree_with_a_fresh_codec(masks: bool) -> None:
     """Threads encode the same growing chat at once, switching often: they find the same remembered encode;
-    one takes its lists over, the others copy them or, finding them taken, tokenize in full."""
+    one takes its lists over, the others copy them or, finding them taken, tokenize in full. With masks,
+    each goes on from the mask memory of the encode it found."""
     codec = _codec("qwen3").with_template(_codec("qwen3").template)
     fresh = _fresh(codec)
     chat = _turns(8, "qwen3")
-    expected = {end: fresh.encode(chat[:end]).input_ids for end in range(1, len(chat) + 1)}
+
+    def read(encoding: Any) -> tuple[list[int], list[int] | None]:
+        return encoding.input_ids, encoding.assistant_mask if masks else None
+
+    expected = {
+        end: read(fresh.encode(chat[:end], return_assistant_tokens_mask=masks)) for end in range(1, len(chat) + 1)
+    }
     failures: list[str] = []
 
     def grow(index: int) -> None:
         for end in range(1, len(chat) + 1):
-            if codec.encode(copy.deepcopy(chat[:end])).input_ids != expected[end]:
+            if read(codec.encode(copy.deepcopy(chat[:end]), return_assistant_tokens_mask=masks)) != expected[end]:
                 failures.append(f"thread {index} at {end}")
 
     interval = sys.getswitchinterval()
