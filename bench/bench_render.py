@@ -314,16 +314,16 @@ def main() -> int:
     if before:
         old = before.ChatTemplate(source, special_tokens=qwen["special_tokens"])
         tenturn["before"] = lambda: old.render(chat, add_generation_prompt=True)
-    times = per_calls(tenturn, 0.2, 5)
-    t_theirs, t_ours = times["transformers"], times["chatcodec"]
+    best = per_calls(tenturn, 0.2, 5)
+    t_theirs, t_ours = best["transformers"], best["chatcodec"]
     line = (
         f"Qwen3, 10-turn chat:  transformers {t_theirs * 1e6:.1f}us, chatcodec {t_ours * 1e6:.1f}us,"
         f" {t_theirs / t_ours:.2f}x"
     )
-    if "minijinja" in times:
-        line += f"; minijinja {times['minijinja'] * 1e6:.1f}us ({t_theirs / times['minijinja']:.2f}x)"
-    if "before" in times:
-        line += f"; before {times['before'] * 1e6:.1f}us"
+    if "minijinja" in best:
+        line += f"; minijinja {best['minijinja'] * 1e6:.1f}us ({t_theirs / best['minijinja']:.2f}x)"
+    if "before" in best:
+        line += f"; before {best['before'] * 1e6:.1f}us"
     print(line)
 
     runs = 5 if args.quick else 15
