@@ -16,7 +16,13 @@ server does. Every text is new to the codec, as in real use. For each turn it re
 * ``turn encode``: ``Codec.encode`` of a chat of this turn's messages alone (the previous answer and the new
   question, with the generation prompt): the same pipeline, on the new turn only;
 
-and the ratios ``encode / turn alone``, ``encode / first call`` and ``encode / turn encode``.
+and the ratios ``encode / turn alone``, ``encode / first call`` and ``encode / turn encode``. Every fourth
+question holds ``<`` and ``>``, which the escaping works on, so single turns differ in kind (turns 20, 40 and
+100 hold them, 10, 30 and 50 do not): the rows ``10-20`` and ``90-100`` (means over those turns, the same mix)
+are the ones to compare for growth. With them, ``floor``: what any encode of the whole chat must do whatever
+it remembers, timed alone: compare every message with a copy kept (the caller may have changed any of them
+in place) and copy the ids list handed back (the caller owns it); the last lines give how much the encode
+grows from 10-20 to 90-100 turns, and how much of it is left once that floor is taken off.
 
 The same growth read as training or RL rollouts read it (``--masks``, the default; ``--no-masks`` leaves it out):
 each chat ends with the answer, encoded with ``return_assistant_tokens_mask=True``:
@@ -119,7 +125,7 @@ def _first_and_best(repeats: int, fn: Callable[..., Any], *args: Any, **options:
     return first, min([first] + [_cpu(fn, *args, **options)[0] for _ in range(repeats - 1)])
 
 
-NAMES = ("encode", "plain", "render", "alone", "once", "turn")
+NAMES = ("encode", "plain", "render", "alone", "once", "turn", "floor")
 #: the mask passes (--masks): with memory, without, the same encodes without the mask, the added text alone
 MASK_NAMES = ("mask", "mask_plain", "answer", "mask_alone")
 #: whether the mask passes run
@@ -219,7 +225,19 @@ def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, 
         _cold(single.encode, full[max(2 * turn - 2, 1) : 2 * turn], add_generation_prompt=True)[0]
         for turn in range(1, turns + 1)
     ]
-    return [(encodes[i], plain[i], renders[i], alone[i], once[i], turn_encodes[i]) for i in range(turns)]
+    # last, not to hold every encoding while the others run: what an encode of the whole chat cannot avoid
+    floors = []
+    for messages in chats:
+        ids = forgetting.encode(messages, add_generation_prompt=True).input_ids
+        floors.append(_best_cold(3, _read_and_write, messages, [dict(m) for m in messages], ids))
+    return [(encodes[i], plain[i], renders[i], alone[i], once[i], turn_encodes[i], floors[i]) for i in range(turns)]
+
+
+def _read_and_write(messages: list[dict[str, Any]], kept: list[dict[str, Any]], ids: list[int]) -> list[int]:
+    """The floor: every message compared with the copy kept of it, and the ids copied for the caller."""
+    if messages != kept:
+        raise AssertionError("the copies differ")
+    return list(ids)
 
 
 def _mean(best: dict[str, list[float]], turns: range) -> Callable[[str], float]:
@@ -232,9 +250,9 @@ def report(name: str, label: str, best: dict[str, list[float]], turns: range) ->
     encode, alone, render, single_turn = mean("encode"), mean("alone"), mean("render"), mean("turn")
     once = mean("once")
     print(
-        f"{name:<9} {label:>5} {encode:>7.0f} {mean('plain'):>10.0f} {render:>7.0f}"
+        f"{name:<9} {label:>6} {encode:>7.0f} {mean('plain'):>10.0f} {render:>7.0f}"
         f" {alone:>11.0f} {once:>10.0f} {single_turn:>12.0f} {encode / alone:>12.2f}x {encode / once:>11.2f}x"
-        f" {encode / single_turn:>11.2f}x"
+        f" {encode / single_turn:>11.2f}x {mean('floor'):>7.1f}"
     )
 
 
@@ -272,8 +290,9 @@ def main() -> int:
     )
     print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     header = (
-        f"{'model':<9} {'turn':>5} {'encode':>7} {'no memory':>10} {'render':>7} {'turn alone':>11}"
+        f"{'model':<9} {'turn':>6} {'encode':>7} {'no memory':>10} {'render':>7} {'turn alone':>11}"
         f" {'first call':>10} {'turn encode':>12} {'encode/alone':>13} {'encode/first':>12} {'encode/turn':>12}"
+        f" {'floor':>7}"
     )
     print(header)
     measured = {}
@@ -282,17 +301,20 @@ def main() -> int:
         for turn in REPORTED:
             if turn <= args.turns:
                 report(name, str(turn), best, range(turn, turn + 1))
-        if args.turns >= 40:
-            report(name, "30-40", best, range(30, 41))
+        for first, last in ((10, 20), (30, 40), (90, 100)):
+            if last <= args.turns:
+                report(name, f"{first}-{last}", best, range(first, last + 1))
         if args.turns >= 100:
-            early = statistics.mean(best["encode"][9:20])
-            late = statistics.mean(best["encode"][89:100])
+            early, late = _mean(best, range(10, 21)), _mean(best, range(90, 101))
             ratio = statistics.mean(best["encode"][t] / best["alone"][t] for t in range(89, 100)) / statistics.mean(
                 best["encode"][t] / best["alone"][t] for t in range(9, 20)
             )
             print(
-                f"{name:<9} encode at 90-100 turns / at 10-20 turns: {late / early:.2f}x;"
-                f" encode/alone at 90-100 turns / at 10-20 turns: {ratio:.2f}x"
+                f"{name:<9} encode at 90-100 turns / at 10-20 turns: {late('encode') / early('encode'):.2f}x;"
+                f" encode/alone: {ratio:.2f}x; encode less the floor: {late('encode') - late('floor'):.0f} /"
+                f" {early('encode') - early('floor'):.0f} us ="
+                f" {(late('encode') - late('floor')) / (early('encode') - early('floor')):.2f}x"
+                f" (floor {early('floor'):.1f} -> {late('floor'):.1f} us)"
             )
     if MASKS:
         print("\nThe same growth, each chat ending with the answer, encoded with return_assistant_tokens_mask=True:")
