@@ -20,9 +20,10 @@ and the ratios ``encode / turn alone``, ``encode / first call`` and ``encode / t
 question holds ``<`` and ``>``, which the escaping works on, so single turns differ in kind (turns 20, 40 and
 100 hold them, 10, 30 and 50 do not): the rows ``10-20`` and ``90-100`` (means over those turns, the same mix)
 are the ones to compare for growth. With them, ``floor``: what any encode of the whole chat must do whatever
-it remembers, timed alone: compare every message with a copy kept (the caller may have changed any of them
-in place) and copy the ids list handed back (the caller owns it); the last lines give how much the encode
-grows from 10-20 to 90-100 turns, and how much of it is left once that floor is taken off.
+it remembers, timed alone, once per turn as the encode is: compare every message with a copy kept since the
+turn it came (the caller may have changed any of them in place) and copy the ids list handed back (the
+caller owns it); the last lines give how much the encode grows from 10-20 to 90-100 turns, and how much of
+it is left once that floor is taken off.
 
 The same growth read as training or RL rollouts read it (``--masks``, the default; ``--no-masks`` leaves it out):
 each chat ends with the answer, encoded with ``return_assistant_tokens_mask=True``:
@@ -225,11 +226,13 @@ def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, 
         _cold(single.encode, full[max(2 * turn - 2, 1) : 2 * turn], add_generation_prompt=True)[0]
         for turn in range(1, turns + 1)
     ]
-    # last, not to hold every encoding while the others run: what an encode of the whole chat cannot avoid
-    floors = []
+    # last, not to hold every encoding while the others run: what an encode of the whole chat cannot avoid, timed
+    # once as the encode is, with copies made as the chat grew (as a memory's are: not all fresh in the caches)
+    floors, kept = [], []
     for messages in chats:
         ids = forgetting.encode(messages, add_generation_prompt=True).input_ids
-        floors.append(_best_cold(3, _read_and_write, messages, [dict(m) for m in messages], ids))
+        kept += [dict(m) for m in messages[len(kept) :]]
+        floors.append(_cold(_read_and_write, messages, kept, ids)[0])
     return [(encodes[i], plain[i], renders[i], alone[i], once[i], turn_encodes[i], floors[i]) for i in range(turns)]
 
 
