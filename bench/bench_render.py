@@ -11,7 +11,8 @@ transformers' sandboxed environment, with no preprocessing: a floor for any jinj
 minijinja (the Rust engine, when installed; its output differs from transformers' on some templates,
 counted as "exact") and chatcodec (``ChatTemplate.render``, compiled path). Prints ratios to
 transformers, never pass/fail thresholds.
-Import cost is measured with bytecode caches (``PYTHONPYCACHEPREFIX``), as an installed package has.
+Import cost is measured with bytecode caches (``PYTHONPYCACHEPREFIX``), as an installed package has, the imports
+taking turns as the engines do.
 Needs the dev extra (transformers) and ../shared/corpus beside the checkout.
 """
 
@@ -63,26 +64,31 @@ def per_calls(runs: dict[str, Callable[[], Any]], budget_s: float, repeats: int)
     return best
 
 
-def import_cost(module: str, runs: int) -> float:
-    """Median wall time of `python -c "import module"` minus that of `python -c "pass"`, in seconds.
+def import_costs(modules: list[str], runs: int) -> list[float]:
+    """Median wall time of `python -c "import module"` minus that of `python -c "pass"`, in seconds, for each
+    module, the imports taking turns (one run of each in every round), so that a slower spell of the host
+    weighs on all of them alike.
 
     Bytecode is cached in a private folder first (a development checkout may run with
     PYTHONDONTWRITEBYTECODE, which would make every import compile its source).
     """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "chatcodec-bench-pycache")
+    codes = ["pass"] + [f"import {module}" for module in modules]
 
-    def median_run(code: str) -> float:
-        subprocess.run([sys.executable, "-c", code], check=True, env=env)  # fills the cache
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-c", code], check=True, env=env)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+    def run(code: str) -> float:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, env=env)
+        return time.perf_counter() - start
 
-    baseline = median_run("pass")
-    return median_run(f"import {module}") - baseline
+    for code in codes:
+        run(code)  # fills the cache
+    times: list[list[float]] = [[] for _ in codes]
+    for _ in range(runs):
+        for spent, code in zip(times, codes, strict=True):
+            spent.append(run(code))
+    baseline, *medians = map(statistics.median, times)
+    return [median - baseline for median in medians]
 
 
 def load_revision(revision: str) -> Any:
@@ -327,8 +333,8 @@ def main() -> int:
     print(line)
 
     runs = 5 if args.quick else 15
-    jinja_s, ours_s = import_cost("jinja2", runs), import_cost("chatcodec", runs)
-    transformers_s = import_cost("transformers.utils.chat_template_utils", max(3, runs // 3))
+    jinja_s, ours_s = import_costs(["jinja2", "chatcodec"], runs)
+    (transformers_s,) = import_costs(["transformers.utils.chat_template_utils"], max(3, runs // 3))
     print(
         f"import cost: jinja2 {jinja_s * 1e3:.0f}ms, chatcodec {ours_s * 1e3:.0f}ms ({ours_s / jinja_s:.2f}x jinja2),"
         f" transformers' chat templating {transformers_s * 1e3:.0f}ms"
