@@ -26,7 +26,6 @@ found for fails there.
 from __future__ import annotations
 
 import bisect
-import difflib
 import json
 import logging
 import re
@@ -664,6 +663,8 @@ def _unmatched(
         else:
             middle.append((start, token, written))
     rest = [token for start, token, written in ours if start + len(written) > prefix and start < our_tail]
+    import difflib  # only for a template that looks at marks (not at import: it costs every user 2 ms)
+
     matcher = difflib.SequenceMatcher(None, [token for _, token, _ in middle], rest, autojunk=False)
     kept = {i for a, _, size in matcher.get_matching_blocks() for i in range(a, a + size)}
     extra.extend((start, written) for i, (start, _, written) in enumerate(middle) if i not in kept)
