@@ -74,6 +74,18 @@ def test_the_installed_command_works() -> None:
     assert done.stdout.endswith(b"<|im_start|>assistant\n")
 
 
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """`chatcodec render ... | head -c 0`: the reader has closed the pipe before the prompt is written; the
+    command exits 0 with nothing on stderr (no traceback, no "Exception ignored" when Python flushes at exit)."""
+    command = [sys.executable, "-m", "chatcodec", "render", "--template", "qwen3", str(WEATHER)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()  # long before the command has imported, rendered and written
+        stderr = process.stderr.read()
+        assert process.wait(timeout=120) == 0, stderr
+    assert stderr == b""
+
+
 def test_bare_list_on_stdin_and_options() -> None:
     chat = [{"role": "user", "content": "2+2?"}]
     code, stdout, _ = run(

@@ -109,7 +109,9 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         return fail("the input nests too deeply (or refers to itself); pass plain JSON-like data")
     except BrokenPipeError:
         # `chatcodec render ... | head` closed the pipe early: not an error worth a traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())  # what Python flushes at exit goes nowhere, quietly
+        os.close(null)
         return 0
     except KeyboardInterrupt:
         return 130
