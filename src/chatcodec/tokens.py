@@ -645,6 +645,8 @@ def _unmatched(
     Both texts agree up to their first difference and after their last: there, a token is matched by its
     position. In between, the two sequences of tokens are aligned (longest common subsequence).
     """
+    import difflib  # here, not at import: only a template that looks at marks gets this far (2 ms)
+
     prefix = common_prefix(their_text, our_text)
     limit = min(len(their_text), len(our_text)) - prefix
     suffix = common_prefix(their_text[::-1], our_text[::-1], limit)
@@ -663,8 +665,6 @@ def _unmatched(
         else:
             middle.append((start, token, written))
     rest = [token for start, token, written in ours if start + len(written) > prefix and start < our_tail]
-    import difflib  # only for a template that looks at marks (not at import: it costs every user 2 ms)
-
     matcher = difflib.SequenceMatcher(None, [token for _, token, _ in middle], rest, autojunk=False)
     kept = {i for a, _, size in matcher.get_matching_blocks() for i in range(a, a + size)}
     extra.extend((start, written) for i, (start, _, written) in enumerate(middle) if i not in kept)
