@@ -248,6 +248,11 @@ def _mean(best: dict[str, list[float]], turns: range) -> Callable[[str], float]:
     return lambda key: statistics.mean(best[key][t - 1] for t in turns) * 1e6
 
 
+def _per_alone(best: dict[str, list[float]], turns: range) -> float:
+    """The mean over ``turns`` of the encode's best time over the turn alone's."""
+    return statistics.mean(best["encode"][t - 1] / best["alone"][t - 1] for t in turns)
+
+
 def report(name: str, label: str, best: dict[str, list[float]], turns: range) -> None:
     mean = _mean(best, turns)
     encode, alone, render, single_turn = mean("encode"), mean("alone"), mean("render"), mean("turn")
@@ -308,15 +313,14 @@ def main() -> int:
             if last <= args.turns:
                 report(name, f"{first}-{last}", best, range(first, last + 1))
         if args.turns >= 100:
-            early, late = _mean(best, range(10, 21)), _mean(best, range(90, 101))
-            ratio = statistics.mean(best["encode"][t] / best["alone"][t] for t in range(89, 100)) / statistics.mean(
-                best["encode"][t] / best["alone"][t] for t in range(9, 20)
-            )
+            early_turns, late_turns = range(10, 21), range(90, 101)
+            early, late = _mean(best, early_turns), _mean(best, late_turns)
+            growth_per_alone = _per_alone(best, late_turns) / _per_alone(best, early_turns)
+            beyond_early, beyond_late = early("encode") - early("floor"), late("encode") - late("floor")
             print(
                 f"{name:<9} encode at 90-100 turns / at 10-20 turns: {late('encode') / early('encode'):.2f}x;"
-                f" encode/alone: {ratio:.2f}x; encode less the floor: {late('encode') - late('floor'):.0f} /"
-                f" {early('encode') - early('floor'):.0f} us ="
-                f" {(late('encode') - late('floor')) / (early('encode') - early('floor')):.2f}x"
+                f" encode/alone: {growth_per_alone:.2f}x; encode less the floor:"
+                f" {beyond_late:.0f} / {beyond_early:.0f} us = {beyond_late / beyond_early:.2f}x"
                 f" (floor {early('floor'):.1f} -> {late('floor'):.1f} us)"
             )
     if MASKS:
