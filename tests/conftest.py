@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -56,3 +57,24 @@ def in_threads(target: Callable[[int], None], count: int) -> None:
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def _skipped_where_all_must_run(config: pytest.Config) -> int:
+    """How many tests were skipped, where every test must run (``.ci/run`` sets ``CHATCODEC_NO_SKIP=1``): a
+    missing ``../shared``, extra or browser would otherwise leave CI green with fewer tests."""
+    if os.environ.get("CHATCODEC_NO_SKIP") != "1":
+        return 0
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    return len(reporter.stats.get("skipped", [])) if reporter is not None else 0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if exitstatus == pytest.ExitCode.OK and _skipped_where_all_must_run(session.config):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    skipped = _skipped_where_all_must_run(config)
+    if skipped:
+        terminalreporter.write_sep("=", f"CHATCODEC_NO_SKIP=1: {skipped} skipped test(s) fail the run", red=True)
