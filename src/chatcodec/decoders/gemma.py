@@ -14,6 +14,8 @@ from .base import Sink
 from .machine import KeyedArgsMachine, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import typed_value
 
+__all__ = ["ESC", "GemmaMachine"]
+
 NAME_LIMIT = 256
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
 

@@ -15,6 +15,8 @@ from .jsonstream import CallKeys, CallList, CallObject, JsonString, JsonValue
 from .machine import MachineBase, MarkerSet, Options, ThinkSpec, skip_space
 from .values import ArgsWriter, valid_name
 
+__all__ = ["FunctionaryMachine", "GenericMachine"]
+
 
 class GenericMachine(MachineBase):
     """``{"tool_calls": [...]}`` / ``{"tool_call": {...}}`` / ``{"response": "..."}``, else plain text."""

@@ -13,6 +13,8 @@ from .base import Sink
 from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import valid_name
 
+__all__ = ["CHANNEL", "CONSTRAIN", "ENDS", "MESSAGE", "START", "HarmonyMachine"]
+
 START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
 HEADER_LIMIT = 512

@@ -21,6 +21,17 @@ from dataclasses import dataclass
 from .machine import MachineBase, MarkerSet, skip_space
 from .values import py_unescape
 
+__all__ = [
+    "CallKeys",
+    "CallList",
+    "CallObject",
+    "HeaderParser",
+    "JsonString",
+    "JsonValue",
+    "NamedCall",
+    "decode_quoted",
+]
+
 _IN_STRING = re.compile(r'["\\]')
 _PY_IN_SINGLE = re.compile(r"['\\]")
 _WORD = re.compile(r"\w+")

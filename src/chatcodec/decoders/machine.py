@@ -21,6 +21,17 @@ from functools import lru_cache
 from .base import Sink
 from .values import ArgsWriter
 
+__all__ = [
+    "KeyedArgsMachine",
+    "MachineBase",
+    "MarkerSet",
+    "Options",
+    "StopFilter",
+    "ThinkSpec",
+    "markers",
+    "skip_space",
+]
+
 _NONSPACE = re.compile(r"\S")
 
 State = Callable[[bool], bool]

@@ -23,6 +23,17 @@ from .machine import MachineBase, MarkerSet, Options, ThinkSpec, markers, skip_s
 from .pycalls import PyCallList
 from .values import ArgsWriter, valid_name
 
+__all__ = [
+    "Block",
+    "JsonMachine",
+    "JsonSpec",
+    "deepseek_header",
+    "fenced",
+    "function_tag_header",
+    "kimi_header",
+    "mistral_header",
+]
+
 BlockKind = Literal["object", "list", "any_list", "auto", "named", "section", "mistral", "python_tag"]
 FENCE = "```"
 #: the blocks whose body may sit in a code fence right after the opener

@@ -15,6 +15,17 @@ from typing import Any
 
 from .base import parse_arguments
 
+__all__ = [
+    "ArgsWriter",
+    "could_be_json",
+    "main_type",
+    "py_literal_json",
+    "py_unescape",
+    "schema_types",
+    "typed_value",
+    "valid_name",
+]
+
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
 _strict_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 

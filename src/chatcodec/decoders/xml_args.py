@@ -21,6 +21,8 @@ from .base import Sink, hold_trailing_space
 from .machine import KeyedArgsMachine, MarkerSet, Options, ThinkSpec, markers, skip_space
 from .values import ArgsWriter, could_be_json, typed_value
 
+__all__ = ["XmlMachine", "XmlSpec"]
+
 TAG_LIMIT = 256
 _TAG_STOP = re.compile(r"[<>\n]")
 
