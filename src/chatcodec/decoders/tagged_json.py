@@ -74,7 +74,32 @@ class JsonSpec:
 
 
 class JsonMachine(MachineBase):
-    """The state machine for every :class:`JsonSpec` format."""
+    """The state machine for every :class:`JsonSpec` format.
+
+    Its states (the ``s_*`` methods), and where each one goes:
+
+    - ``s_body``: content, up to an opener of the spec (a ``strip`` wrapper is markup) -> ``s_fence`` if the
+      block may sit in a code fence, else the block's first state (``_dispatch``): ``s_list`` for a list of
+      calls, ``s_named`` for a named call, ``s_section`` for a section of calls, else ``s_lead``;
+    - ``s_fence``: an optional ```` ```json ```` after the opener -> the block's first state;
+    - ``s_lead``: what the body starts with -> ``s_object`` (``{``), ``s_list`` (``[``, or a Python call list),
+      ``s_named`` (Mistral's name before its arguments), ``s_code`` (Llama 3.1's raw code); a nested opener or
+      a call id on the opener's line is taken here;
+    - ``s_object`` -> ``s_trail``, or ``s_deferred`` when Qwen-Agent's ``<code>...</code>`` may follow ->
+      ``s_code_block`` (that code fills ``arguments.code``) or ``s_trail``;
+    - ``s_named``, ``s_code``, ``s_code_block`` -> ``s_trail``: the call's closing markers, then the call ends
+      -> ``s_section`` inside a section, else ``s_body`` (text that ends inside a code block ends the call there);
+    - ``s_list`` -> ``s_block_end`` (the list's closing markers, markup) -> ``s_body``;
+    - ``s_section``: a call's opener -> ``s_named``, the section's end -> ``s_body``.
+
+    A block that turns out not to be a call gives up (``_give_up``): what it held becomes content again, and
+    the machine goes back to ``s_body``, or inside a section to ``s_skip``, which keeps the malformed call as
+    content up to its end marker -> ``s_section``. What the states share: ``_block`` (the opener's
+    :class:`Block`), ``_closers`` (markers still to take after the body), ``_stops`` (markers that end a call
+    whose JSON never closed), ``_sub`` (the parser of the call being read), ``_writer`` and ``_code_end`` (code
+    bodies), ``_line_id`` (a call id before the object), ``_in_section`` and ``_count`` (calls in it so far),
+    ``_closed`` (the call took a closing marker), ``_gave_up`` (Ollama's rule: no calls after a non-call).
+    """
 
     def __init__(self, out: Sink, opts: Options, spec: JsonSpec, think: ThinkSpec | None = None) -> None:
         super().__init__(out, opts, think)
