@@ -8,8 +8,9 @@
 2. **Load.** 32 concurrent streaming clients for 60 s against ``chatcodec serve`` with the embedded
    model: errors (must be 0), requests, throughput, and the gateway's own time per request (everything
    but the wait for the model: parsing, encoding the prompt, constraints, decoding, SSE) at p50 and p99,
-   goal p99 < 2 ms, as the server measures it (``GET /stats``: CPU time of its serving thread, so neither
-   the waits for the model nor those for the GIL the in-process model holds count).
+   goal p99 < 2 ms, as the server measures it (``GET /stats``: CPU time of the thread that plans the request,
+   then of the event loop's, so neither the waits for the model nor those for the GIL the in-process model
+   holds count).
 
    One llama context serves one request at a time, so 32 clients queue: a request waits for the ones
    before it (about 31 x 16 tokens), and its stream starts only when its turn comes. The clients have no

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,7 +27,7 @@ from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, Inpu
 from ..render import ChatTemplate
 from ..tokens import Codec
 from ..vocab import TextTokenizer
-from .chat import ChatService
+from .chat import ChatService, Plan
 from .errors import APIError
 from .protocol import parse_chat, parse_completion
 
@@ -37,8 +38,14 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("chatcodec.server")
 
+_T = TypeVar("_T")
+
 #: the largest request body read, in bytes
 MAX_BODY = 8 * 1024 * 1024
+#: how many requests are read and planned at once (the body parsed, the prompt rendered and encoded, the
+#: constraint built), each on a worker thread: a long conversation takes seconds to encode (1.4 s for 2.5 MB),
+#: which on the event loop would stall every other request and stream; past this many, the next ones wait
+PLANNERS = 4
 
 
 def _error(exc: APIError) -> JSONResponse:
@@ -53,7 +60,7 @@ def _backend_error(exc: BackendError) -> APIError:
     return APIError(502, str(exc))
 
 
-async def _read_json(request: Request, max_body: int) -> Any:
+async def _read_body(request: Request, max_body: int) -> bytearray:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body:
         raise APIError(400, f"The request body is {int(length)} bytes; the limit is {max_body}.", param="body")
@@ -64,10 +71,18 @@ async def _read_json(request: Request, max_body: int) -> Any:
             raise APIError(400, f"The request body is over the limit of {max_body} bytes.", param="body")
     if not data:
         raise APIError(400, "The request body is empty; send a JSON object.", param="body")
+    return data
+
+
+def _json(data: bytearray) -> Any:
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise APIError(400, f"The request body is not valid JSON: {exc}", param="body") from None
+
+
+async def _read_json(request: Request, max_body: int) -> Any:
+    return _json(await _read_body(request, max_body))
 
 
 def create_app(
@@ -101,6 +116,13 @@ def create_app(
         codec=codec,
     )
 
+    planners = asyncio.Semaphore(PLANNERS)
+
+    async def off_the_loop(work: Callable[[], _T]) -> _T:
+        """``work()`` on a worker thread, at most :data:`PLANNERS` at once."""
+        async with planners:
+            return await asyncio.to_thread(work)
+
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             service.overhead.requests += 1
@@ -127,13 +149,16 @@ def create_app(
 
         return endpoint
 
-    async def chat(request: Request) -> Response:
-        body = await _read_json(request, max_body)
+    def plan_chat(data: bytearray) -> Plan:
         started = time.thread_time()
-        req = parse_chat(body)
-        plan = service.plan(req)
+        plan = service.plan(parse_chat(_json(data)))
         plan.setup = time.thread_time() - started
-        if req.stream:
+        return plan
+
+    async def chat(request: Request) -> Response:
+        data = await _read_body(request, max_body)
+        plan = await off_the_loop(functools.partial(plan_chat, data))
+        if plan.request.stream:
             gen, first = await _until_disconnect(request, service.first_chunk(plan))
             return StreamingResponse(service.stream(plan, gen, first), media_type="text/event-stream")
         answer = await _until_disconnect(request, service.complete(plan))
@@ -204,32 +229,35 @@ def create_app(
 
         return JSONResponse(await _until_disconnect(request, whole()))
 
-    async def tokenize(request: Request) -> Response:
-        body = await _read_json(request, max_body)
+    def tokenize_request(data: bytearray) -> tuple[dict[str, Any], str, list[int] | None]:
+        """The request of a /tokenize call, its text, and its ids (None: the backend tokenizes the text)."""
+        body = _json(data)
         if not isinstance(body, dict):
             raise APIError(400, "The request body must be a JSON object.", param="body")
-        if "messages" in body:
-            add_generation_prompt = body.get("add_generation_prompt", True)
-            if not isinstance(add_generation_prompt, bool):
-                raise APIError(400, "add_generation_prompt must be true or false.", param="add_generation_prompt")
-            chat_body = {k: v for k, v in body.items() if k in ("messages", "tools", "chat_template_kwargs")}
-            req = parse_chat(chat_body)
-            kwargs = dict(req.chat_template_kwargs)
-            options: dict[str, Any] = dict(tools=req.tools, add_generation_prompt=add_generation_prompt, **kwargs)
-            try:
-                if codec is not None:
-                    encoding = codec.encode(req.messages, polyfill=polyfill, **options)
-                    text, ids = encoding.text, encoding.input_ids
-                else:
-                    text = template.render(req.messages, polyfill=polyfill, **options)
-                    ids = await backend.tokenize(text)
-            except ChatcodecError as exc:
-                raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
-        else:
+        if "messages" not in body:
             prompt = body.get("prompt")
             if not isinstance(prompt, str):
                 raise APIError(400, "prompt must be a string (or give messages).", param="prompt")
-            text = prompt
+            return body, prompt, None
+        add_generation_prompt = body.get("add_generation_prompt", True)
+        if not isinstance(add_generation_prompt, bool):
+            raise APIError(400, "add_generation_prompt must be true or false.", param="add_generation_prompt")
+        chat_body = {k: v for k, v in body.items() if k in ("messages", "tools", "chat_template_kwargs")}
+        req = parse_chat(chat_body)
+        kwargs = dict(req.chat_template_kwargs)
+        options: dict[str, Any] = dict(tools=req.tools, add_generation_prompt=add_generation_prompt, **kwargs)
+        try:
+            if codec is not None:
+                encoding = codec.encode(req.messages, polyfill=polyfill, **options)
+                return body, encoding.text, encoding.input_ids
+            return body, template.render(req.messages, polyfill=polyfill, **options), None
+        except ChatcodecError as exc:
+            raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
+
+    async def tokenize(request: Request) -> Response:
+        data = await _read_body(request, max_body)
+        body, text, ids = await off_the_loop(functools.partial(tokenize_request, data))
+        if ids is None:
             ids = await backend.tokenize(text)
         answer: dict[str, Any] = {"count": len(ids), "max_model_len": backend.info.context_length, "tokens": ids}
         if body.get("return_token_strs"):

@@ -54,8 +54,9 @@ class Overhead:
 
 
 class _Clock:
-    """Counts the CPU time of the serving thread between :meth:`resume` and :meth:`pause`: the gateway's own
-    work, without the waits (for the backend, for the GIL an in-process model holds, for other requests)."""
+    """Counts the CPU time of the event loop's thread between :meth:`resume` and :meth:`pause`, on top of the
+    planning's (``already``, timed on its worker thread): the gateway's own work, without the waits (for the
+    backend, for the GIL an in-process model holds, for other requests)."""
 
     __slots__ = ("_since", "total")
 
@@ -83,7 +84,7 @@ class Plan:
     decoder: Decoder
     tools: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     constrained: bool = False
-    #: the gateway's time spent before generation (reading the request, rendering, the grammar), in seconds
+    #: the gateway's CPU time before generation (parsing the request, rendering, the grammar), in seconds
     setup: float = 0.0
 
 
