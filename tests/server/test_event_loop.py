@@ -3,7 +3,8 @@
 
 In process, over httpx's ASGI transport, with a backend that answers at once: the render of one marked
 request waits until the test has had an answer from ``/health``. On the event loop, that render would hold
-the loop, and ``/health`` would answer only after it.
+the loop, and ``/health`` would answer only after it. The embedded model's own tokenizer (``/tokenize`` of a
+prompt) is held the same way.
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ class AnsweringBackend:
         pass
 
 
+async def started(events: list[str], task: asyncio.Task[Any]) -> None:
+    """Back once the held work has started (``events`` has its first entry) or ``task`` has ended; at most 10 s."""
+    for _ in range(1000):
+        if events or task.done():
+            return
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [
@@ -70,10 +79,7 @@ def test_health_answers_while_a_request_is_rendered(
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             planned = asyncio.create_task(client.post(path, json=body))
-            for _ in range(1000):  # until the render has started, at most 10 s
-                if events or planned.done():
-                    break
-                await asyncio.sleep(0.01)
+            await started(events, planned)
             health = await client.get("/health")
             events.append(f"/health {health.status_code}")
             release.set()
@@ -82,3 +88,38 @@ def test_health_answers_while_a_request_is_rendered(
     answer = asyncio.run(requests())
     assert events == ["render started", "/health 200", "render done"]
     assert answer.status_code == 200, answer.text
+
+
+def test_the_embedded_model_tokenizes_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/tokenize`` of a prompt (no messages) goes to the backend's own tokenizer: the embedded model's runs on
+    a worker thread too."""
+    from chatcodec.backends import LlamaBackend
+    from chatcodec.backends.tokenizer import GGUFTokenizer
+
+    backend = LlamaBackend(n_threads=1)
+    events: list[str] = []
+    release = threading.Event()
+    tokenize = GGUFTokenizer.tokenize
+
+    def waiting_tokenize(self: GGUFTokenizer, text: str, *, special: bool) -> list[int]:
+        events.append("tokenize started")
+        release.wait(10)
+        events.append("tokenize done")
+        return tokenize(self, text, special=special)
+
+    monkeypatch.setattr(GGUFTokenizer, "tokenize", waiting_tokenize)
+
+    async def calls() -> tuple[list[int], str]:
+        try:
+            tokenizing = asyncio.create_task(backend.tokenize("Hello world"))
+            await started(events, tokenizing)
+            events.append("the loop ran")
+            release.set()
+            ids = await tokenizing
+            return ids, await backend.detokenize(ids)
+        finally:
+            await backend.aclose()
+
+    ids, text = asyncio.run(calls())
+    assert events == ["tokenize started", "the loop ran", "tokenize done"]
+    assert text == "Hello world" and len(ids) >= 2

@@ -163,9 +163,13 @@ class LlamaBackend:
         return self._template
 
     async def tokenize(self, text: str, *, special: bool = True) -> list[int]:
-        return self.tokenizer.tokenize(text, special=special)
+        # on a worker thread, as generation: megabytes of text take seconds, which would hold up the event loop
+        return await asyncio.to_thread(self.tokenizer.tokenize, text, special=special)
 
     async def detokenize(self, ids: Sequence[int]) -> str:
+        return await asyncio.to_thread(self._detokenize, ids)
+
+    def _detokenize(self, ids: Sequence[int]) -> str:
         bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self._n_vocab]
         if bad:
             raise InputError(f"Token id {bad[0]!r} is not in the vocabulary (0 to {self._n_vocab - 1}).")
