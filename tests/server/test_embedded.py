@@ -118,3 +118,34 @@ def test_the_log_has_no_traceback(embedded: Server) -> None:
     with pytest.raises(openai.BadRequestError):
         client_for(embedded).chat.completions.create(model="x", messages=[], max_tokens=3)
     assert json.dumps(embedded.get("/stats"))
+
+
+def _events(response: httpx.Response) -> list[dict[str, object]]:
+    lines = [line.removeprefix("data: ") for line in response.text.splitlines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_token_ids_and_prompt_text_come_back_as_vllm_gives_them(embedded: Server) -> None:
+    """vLLM's ``return_token_ids`` and ``return_prompt_text``: the prompt's ids are /tokenize's and its text is
+    theirs; the generated ids are all the answer's tokens, streamed (each event with those since the last)
+    or whole; without the fields, none of it."""
+    messages = [{"role": "user", "content": "Name three colors."}]
+    body = {"model": "x", "messages": messages, "max_tokens": 12, "temperature": 0}
+    asked = {**body, "return_token_ids": True, "return_prompt_text": True}
+    whole = httpx.post(embedded.url + "/v1/chat/completions", json=asked, timeout=60).json()
+    prompt = httpx.post(embedded.url + "/tokenize", json={"messages": messages}, timeout=30).json()["tokens"]
+    assert whole["prompt_token_ids"] == prompt
+    assert whole["prompt_text"] == SMOL_PROMPT.format("Name three colors.")
+    generated = whole["choices"][0]["token_ids"]
+    assert len(generated) == whole["usage"]["completion_tokens"] > 0
+    text = httpx.post(embedded.url + "/detokenize", json={"tokens": generated}, timeout=30).json()["prompt"]
+    assert text.startswith(whole["choices"][0]["message"]["content"])  # and the end of turn, if it stopped
+    streamed = _events(httpx.post(embedded.url + "/v1/chat/completions", json={**asked, "stream": True}, timeout=60))
+    assert (streamed[0]["prompt_token_ids"], streamed[0]["prompt_text"]) == (prompt, whole["prompt_text"])
+    assert not any("prompt_token_ids" in event or "prompt_text" in event for event in streamed[1:])
+    assert [i for event in streamed for i in event["choices"][0]["token_ids"]] == generated  # type: ignore[index]
+    plain = httpx.post(embedded.url + "/v1/chat/completions", json=body, timeout=60).json()
+    assert "prompt_token_ids" not in plain and "prompt_text" not in plain and "token_ids" not in plain["choices"][0]
+    bad = httpx.post(embedded.url + "/v1/chat/completions", json={**body, "return_token_ids": "yes"}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "return_token_ids"

@@ -51,6 +51,17 @@ def test_caller_control_tokens_are_refused_by_a_text_engine(remote: Server) -> N
     assert httpx.post(remote.url + "/v1/chat/completions", json=fine, timeout=120).status_code == 200
 
 
+def test_a_remote_engine_gives_the_prompts_ids_but_not_the_generated_ones(remote: Server) -> None:
+    """The gateway encoded the prompt (it has the GGUF's tokenizer), so it has the prompt's ids; the engine's
+    answer comes as text, without the generated ones."""
+    messages = [{"role": "user", "content": "Hi"}]
+    body = {"messages": messages, "max_tokens": 3, "return_token_ids": True, "return_prompt_text": True}
+    answer = httpx.post(remote.url + "/v1/chat/completions", json=body, timeout=120).json()
+    tokens = httpx.post(remote.url + "/tokenize", json={"messages": messages}, timeout=30).json()["tokens"]
+    assert answer["prompt_token_ids"] == tokens and answer["prompt_text"].endswith("<|im_start|>assistant\n")
+    assert answer["choices"][0]["token_ids"] is None
+
+
 def test_backend_killed_mid_stream_gives_an_error_event(engine: Server, remote: Server) -> None:
     """The last test of the module: it kills the engine."""
     client = client_for(remote)

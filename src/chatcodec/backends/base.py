@@ -64,12 +64,18 @@ class Generation:
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """A piece of generated text. The last chunk of a generation has ``finish_reason`` and the usage."""
+    """A piece of generated text. The last chunk of a generation has ``finish_reason`` and the usage.
+
+    ``token_ids`` are the tokens generated since the last chunk (their text may come later, held back for a
+    stop string or an unfinished UTF-8 character), all of them over a generation: the end-of-generation token
+    and a stop string's too, as ``completion_tokens`` counts them. None: the backend does not report them.
+    """
 
     text: str
     finish_reason: FinishReason | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    token_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

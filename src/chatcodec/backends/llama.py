@@ -280,7 +280,7 @@ class LlamaBackend:
         room = n_ctx - len(ids)
         limit = room if request.max_tokens is None else min(request.max_tokens, room)
         if limit <= 0:
-            put(Chunk("", "length", len(ids), 0))
+            put(Chunk("", "length", len(ids), 0, ()))
             return
         stops = StopStrings(request.stop)
         utf8 = codecs.getincrementaldecoder("utf-8")("replace")
@@ -289,11 +289,13 @@ class LlamaBackend:
         previous: list[int] = list(ids)
         self._evaluate(ids)
         ctx = llama.ctx
+        pending: list[int] = []  # the tokens generated since the last chunk: its token_ids
         while True:
             if cancel.is_set():
                 return
             token = sampler.sample(ctx)
             produced += 1
+            pending.append(token)
             if self._is_eog(self._vocab, token):
                 finish = "stop"
                 break
@@ -302,18 +304,20 @@ class LlamaBackend:
             text = stops.feed(utf8.decode(piece))
             if stops.stopped:
                 if text:
-                    put(Chunk(text))
+                    put(Chunk(text, token_ids=tuple(pending)))
+                    pending.clear()
                 finish = "stop"
                 break
             if produced >= limit:
                 text += stops.feed(utf8.decode(b"", final=True)) + stops.finish()
-                put(Chunk(text, "length", len(ids), produced))
+                put(Chunk(text, "length", len(ids), produced, tuple(pending)))
                 return
             if text:
-                put(Chunk(text))
+                put(Chunk(text, token_ids=tuple(pending)))
+                pending.clear()
             llama.eval([token])
         tail = "" if stops.stopped else stops.feed(utf8.decode(b"", final=True)) + stops.finish()
-        put(Chunk(tail, finish, len(ids), produced))  # type: ignore[arg-type]
+        put(Chunk(tail, finish, len(ids), produced, tuple(pending)))  # type: ignore[arg-type]
 
     async def aclose(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)

@@ -74,6 +74,31 @@ class _Clock:
             self._since = time.thread_time()
 
 
+class _Generated:
+    """The token ids the backend generated (:attr:`Chunk.token_ids`): all of them, and those no streamed event
+    has given yet; None from the first chunk that came without them (the backend does not report them)."""
+
+    __slots__ = ("all", "unsent")
+
+    def __init__(self) -> None:
+        self.all: list[int] | None = []
+        self.unsent: list[int] = []
+
+    def add(self, chunk: Chunk) -> None:
+        if chunk.token_ids is None:
+            self.all = None
+        elif self.all is not None:
+            self.all += chunk.token_ids
+            self.unsent += chunk.token_ids
+
+    def take(self) -> list[int] | None:
+        """The ids for the next streamed event: those since the last one."""
+        if self.all is None:
+            return None
+        taken, self.unsent = self.unsent, []
+        return taken
+
+
 @dataclass(slots=True)
 class Plan:
     """What one request became: the prompt, the generation request and the decoder to read the answer."""
@@ -266,6 +291,7 @@ class ChatService:
         clock = _Clock(plan.setup)
         stream = plan.decoder.stream()
         last: Chunk | None = None
+        generated = _Generated()
         try:
             async with aclosing(self.backend.generate(plan.generation)) as chunks:
                 while True:
@@ -278,6 +304,7 @@ class ChatService:
                         clock.resume()
                     if chunk.text:
                         stream.feed(chunk.text)
+                    generated.add(chunk)
                     last = chunk
             stream.finish()
             msg = stream.message
@@ -304,15 +331,18 @@ class ChatService:
                 message["invalid_tool_calls"] = invalid
             if plan.request.legacy and valid:
                 finish = "function_call"
-            answer = {
+            choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            if plan.request.return_token_ids:
+                choice["token_ids"] = generated.all
+            return {
                 "id": _completion_id(),
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": self.model,
-                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                "choices": [choice],
                 "usage": _usage(last),
+                **_prompt_fields(plan),
             }
-            return answer
         finally:
             clock.pause()
             self.overhead.add(clock.total)
@@ -339,17 +369,28 @@ class ChatService:
         head = f'{{"id": "{cid}", "object": "chat.completion.chunk", "created": {created}, "model": {model}, '
         usage_null = ', "usage": null' if req.include_usage else ""
 
-        def event(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
+        generated = _Generated()
+
+        def event(delta: Mapping[str, Any], finish: str | None = None, top: str = "") -> bytes:
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return f'data: {head}"choices": [{json.dumps(choice, ensure_ascii=False)}]{usage_null}}}\n\n'.encode()
+            if req.return_token_ids:  # the tokens since the last event (vLLM's delta token_ids)
+                choice["token_ids"] = generated.take()
+            choices = json.dumps(choice, ensure_ascii=False)
+            return f'data: {head}{top}"choices": [{choices}]{usage_null}}}\n\n'.encode()
 
         ids = _Ids()
         stream = plan.decoder.stream()
         last: Chunk | None = None
         announced: dict[int, str] = {}
         try:
+            # the prompt's ids and text, when asked for, come with the first event (as vLLM sends them)
+            top = "".join(
+                f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}, " for k, v in _prompt_fields(plan).items()
+            )
+            if first is not None:
+                generated.add(first)
             clock.pause()
-            yield event({"role": "assistant", "content": ""})
+            yield event({"role": "assistant", "content": ""}, top=top)
             clock.resume()
             async with aclosing(gen) as chunks:
                 chunk = first
@@ -370,6 +411,8 @@ class ChatService:
                         chunk = None
                     finally:
                         clock.resume()
+                    if chunk is not None:
+                        generated.add(chunk)
             for delta in stream.finish():
                 data = self._delta(delta, ids, announced, req.legacy)
                 if not data:
@@ -443,6 +486,18 @@ class _Ids:
 @lru_cache(maxsize=64)
 def _frame_for(template: ChatTemplate, kwargs_json: str) -> Frame | None:
     return learn_frame(template, json.loads(kwargs_json))
+
+
+def _prompt_fields(plan: Plan) -> dict[str, Any]:
+    """vLLM's ``prompt_token_ids`` (None when the prompt went to the backend as text) and ``prompt_text``, as
+    the request asked for them: exactly what the model was given."""
+    out: dict[str, Any] = {}
+    if plan.request.return_token_ids:
+        prompt = plan.generation.prompt
+        out["prompt_token_ids"] = None if isinstance(prompt, str) else list(prompt)
+    if plan.request.return_prompt_text:
+        out["prompt_text"] = plan.prompt
+    return out
 
 
 def _finish(last: Chunk | None, calls: Sequence[ToolCall]) -> str:

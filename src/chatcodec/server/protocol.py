@@ -66,6 +66,9 @@ class ChatRequest:
     response_format: ResponseFormat | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
+    #: vLLM's fields: the answer also gives the prompt's token ids and the generated ones, or the prompt's text
+    return_token_ids: bool = False
+    return_prompt_text: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +223,8 @@ def parse_chat(body: Any) -> ChatRequest:
         response_format=_response_format(body.get("response_format")),
         chat_template_kwargs=dict(kwargs or {}),
         model=_model(body),
+        return_token_ids=_opt_bool(body, "return_token_ids", False),
+        return_prompt_text=_opt_bool(body, "return_prompt_text", False),
     )
 
 
