@@ -42,9 +42,10 @@ _T = TypeVar("_T")
 
 #: the largest request body read, in bytes
 MAX_BODY = 8 * 1024 * 1024
-#: how many requests are read and planned at once (the body parsed, the prompt rendered and encoded, the
-#: constraint built), each on a worker thread: a long conversation takes seconds to encode (1.4 s for 2.5 MB),
-#: which on the event loop would stall every other request and stream; past this many, the next ones wait
+#: how many requests are read at once, each on a worker thread (the JSON body parsed and, for a chat, the
+#: prompt rendered and encoded and the constraint built): a long conversation takes seconds to encode (1.4 s
+#: for 2.5 MB), which on the event loop would stall every other request and stream; past this many, the
+#: next ones wait
 PLANNERS = 4
 
 
@@ -79,10 +80,6 @@ def _json(data: bytearray) -> Any:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise APIError(400, f"The request body is not valid JSON: {exc}", param="body") from None
-
-
-async def _read_json(request: Request, max_body: int) -> Any:
-    return _json(await _read_body(request, max_body))
 
 
 def create_app(
@@ -122,6 +119,10 @@ def create_app(
         """``work()`` on a worker thread, at most :data:`PLANNERS` at once."""
         async with planners:
             return await asyncio.to_thread(work)
+
+    async def read_json(request: Request) -> Any:
+        """The request's JSON body, parsed on a worker thread (8 MiB of JSON takes tens of milliseconds)."""
+        return await off_the_loop(functools.partial(_json, await _read_body(request, max_body)))
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -165,7 +166,7 @@ def create_app(
         return JSONResponse(answer)
 
     async def completions(request: Request) -> Response:
-        body = await _read_json(request, max_body)
+        body = await read_json(request)
         req = parse_completion(body)
         generation = Generation(
             req.prompt,
@@ -265,7 +266,7 @@ def create_app(
         return JSONResponse(answer)
 
     async def detokenize(request: Request) -> Response:
-        body = await _read_json(request, max_body)
+        body = await read_json(request)
         ids = body.get("tokens") if isinstance(body, dict) else None
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise APIError(400, "tokens must be a list of token ids.", param="tokens")
