@@ -68,6 +68,11 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
+#: characters (or ids) up to which tokenize (detokenize) runs on the event loop; longer ones go to a worker
+#: thread, whose hop costs more than a short call (/tokenize's return_token_strs makes one call per token)
+_INLINE = 4096
+
+
 class LlamaBackend:
     """A GGUF model in this process (see the module docstring).
 
@@ -163,10 +168,14 @@ class LlamaBackend:
         return self._template
 
     async def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        if len(text) <= _INLINE:
+            return self.tokenizer.tokenize(text, special=special)
         # on a worker thread, as generation: megabytes of text take seconds, which would hold up the event loop
         return await asyncio.to_thread(self.tokenizer.tokenize, text, special=special)
 
     async def detokenize(self, ids: Sequence[int]) -> str:
+        if len(ids) <= _INLINE:
+            return self._detokenize(ids)
         return await asyncio.to_thread(self._detokenize, ids)
 
     def _detokenize(self, ids: Sequence[int]) -> str:

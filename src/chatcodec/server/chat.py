@@ -489,8 +489,8 @@ def _frame_for(template: ChatTemplate, kwargs_json: str) -> Frame | None:
 
 
 def _prompt_fields(plan: Plan) -> dict[str, Any]:
-    """vLLM's ``prompt_token_ids`` (None when the prompt went to the backend as text) and ``prompt_text``, as
-    the request asked for them: exactly what the model was given."""
+    """vLLM's ``prompt_token_ids`` (the ids the gateway encoded; None without a tokenizer for the model, when the
+    prompt goes to the backend as text) and ``prompt_text``, as the request asked for them."""
     out: dict[str, Any] = {}
     if plan.request.return_token_ids:
         prompt = plan.generation.prompt
