@@ -1,5 +1,5 @@
 """The server's event loop stays free while a request is planned: rendering and encoding a long conversation
-(a second of CPU per megabyte of text) runs on a worker thread, so other requests and streams go on meanwhile.
+(seconds, for megabytes of text) runs on a worker thread, so other requests and streams go on meanwhile.
 
 In process, over httpx's ASGI transport, with a backend that answers at once: the render of one marked
 request waits until the test has had an answer from ``/health``. On the event loop, that render would hold
