@@ -149,3 +149,21 @@ def test_token_ids_and_prompt_text_come_back_as_vllm_gives_them(embedded: Server
     assert "prompt_token_ids" not in plain and "prompt_text" not in plain and "token_ids" not in plain["choices"][0]
     bad = httpx.post(embedded.url + "/v1/chat/completions", json={**body, "return_token_ids": "yes"}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "return_token_ids"
+
+
+def test_raw_completions_give_token_ids_per_choice(embedded: Server) -> None:
+    """On /v1/completions, vLLM puts ``prompt_token_ids`` and ``token_ids`` in the choice (the prompt's in the
+    first event of a stream)."""
+    prompt = SMOL_PROMPT.format("Count to five.")
+    body = {"model": "x", "prompt": prompt, "max_tokens": 6, "temperature": 0, "return_token_ids": True}
+    whole = httpx.post(embedded.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
+    tokens = httpx.post(embedded.url + "/tokenize", json={"prompt": prompt}, timeout=30).json()["tokens"]
+    assert whole["prompt_token_ids"] == tokens and len(whole["token_ids"]) == 6
+    text = httpx.post(embedded.url + "/detokenize", json={"tokens": whole["token_ids"]}, timeout=30).json()["prompt"]
+    assert text == whole["text"]
+    streamed = _events(httpx.post(embedded.url + "/v1/completions", json={**body, "stream": True}, timeout=60))
+    choices = [event["choices"][0] for event in streamed]  # type: ignore[index]
+    assert choices[0]["prompt_token_ids"] == tokens and all("prompt_token_ids" not in c for c in choices[1:])
+    assert [i for choice in choices for i in choice["token_ids"]] == whole["token_ids"]
+    by_ids = httpx.post(embedded.url + "/v1/completions", json={**body, "prompt": tokens}, timeout=60).json()
+    assert by_ids["choices"][0]["prompt_token_ids"] == tokens

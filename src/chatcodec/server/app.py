@@ -13,7 +13,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.applications import Starlette
@@ -165,6 +165,15 @@ def create_app(
         answer = await _until_disconnect(request, service.complete(plan))
         return JSONResponse(answer)
 
+    async def raw_prompt_ids(prompt: str | list[int]) -> list[int] | None:
+        """A raw completion's prompt as the backend tokenizes it (None when it cannot say)."""
+        if isinstance(prompt, list):
+            return prompt
+        try:
+            return await backend.tokenize(prompt)
+        except BackendError:
+            return None
+
     async def completions(request: Request) -> Response:
         body = await read_json(request)
         req = parse_completion(body)
@@ -177,15 +186,22 @@ def create_app(
             seed=req.seed,
         )
         cid, created = "cmpl-" + hex(time.time_ns())[2:], int(time.time())
+        prompt_ids = await raw_prompt_ids(req.prompt) if req.return_token_ids else None
 
-        def payload(text: str, finish: str | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
-            out: dict[str, Any] = {
-                "id": cid,
-                "object": "text_completion",
-                "created": created,
-                "model": name,
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
-            }
+        def payload(
+            text: str,
+            finish: str | None,
+            usage: dict[str, int] | None = None,
+            ids: Sequence[int] | None = (),
+            prompt: bool = False,
+        ) -> dict[str, Any]:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            if req.return_token_ids:  # vLLM's: the prompt's ids (in the first event of a stream) and the new ones
+                if prompt:
+                    choice["prompt_token_ids"] = prompt_ids
+                choice["token_ids"] = None if ids is None else list(ids)
+            out: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": name}
+            out["choices"] = [choice]
             if usage is not None:
                 out["usage"] = usage
             return out
@@ -198,7 +214,8 @@ def create_app(
                 chunk = first
                 try:
                     while chunk is not None:
-                        yield f"data: {json.dumps(payload(chunk.text, chunk.finish_reason))}\n\n".encode()
+                        data = payload(chunk.text, chunk.finish_reason, ids=chunk.token_ids, prompt=chunk is first)
+                        yield f"data: {json.dumps(data)}\n\n".encode()
                         if chunk.finish_reason is not None:
                             if req.include_usage:
                                 usage = _usage(chunk)
@@ -217,16 +234,22 @@ def create_app(
 
         async def whole() -> dict[str, Any]:
             parts: list[str] = []
+            ids: list[int] | None = []
             last: Chunk | None = None
             gen = backend.generate(generation)
             try:
                 async for chunk in gen:
                     parts.append(chunk.text)
+                    if ids is not None:
+                        if chunk.token_ids is None:
+                            ids = None  # the backend does not report them
+                        else:
+                            ids.extend(chunk.token_ids)
                     last = chunk
             finally:
                 await gen.aclose()
             finish = last.finish_reason if last is not None else "stop"
-            return payload("".join(parts), finish, _usage(last))
+            return payload("".join(parts), finish, _usage(last), ids=ids, prompt=True)
 
         return JSONResponse(await _until_disconnect(request, whole()))
 

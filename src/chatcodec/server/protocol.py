@@ -82,6 +82,8 @@ class CompletionRequest:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     model: str | None = None
+    #: vLLM's field: each choice also gives the prompt's token ids and the generated ones
+    return_token_ids: bool = False
 
 
 def _fail(param: str, message: str) -> APIError:
@@ -461,4 +463,5 @@ def parse_completion(body: Any) -> CompletionRequest:
         max_tokens=max_tokens,
         **_sampling(body),
         model=_model(body),
+        return_token_ids=_opt_bool(body, "return_token_ids", False),
     )
