@@ -9,6 +9,7 @@ llama.cpp's server would be).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,3 +79,18 @@ def ids_gateway(embedded: Server, tmp_path_factory: pytest.TempPathFactory) -> I
 
 def test_remote_engine_gets_token_ids(ids_gateway: Server, vocabulary: Any) -> None:
     check_prompt(ids_gateway, vocabulary)
+
+
+def test_a_gateway_passes_on_the_engines_generated_ids(ids_gateway: Server, embedded: Server) -> None:
+    """``return_token_ids`` through a gateway: it asks the engine for them (chatcodec serve, as vLLM, answers),
+    and its answer has the same prompt and generated ids as the engine's own, whole and streamed."""
+    body = {"messages": [{"role": "user", "content": "Name a fruit."}], "max_tokens": 8, "temperature": 0}
+    body["return_token_ids"] = True
+    direct = httpx.post(embedded.url + "/v1/chat/completions", json=body, timeout=120).json()
+    through = httpx.post(ids_gateway.url + "/v1/chat/completions", json=body, timeout=120).json()
+    assert through["prompt_token_ids"] == direct["prompt_token_ids"]
+    assert through["choices"][0]["token_ids"] == direct["choices"][0]["token_ids"]
+    assert len(through["choices"][0]["token_ids"]) == through["usage"]["completion_tokens"]
+    streamed = httpx.post(ids_gateway.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=120)
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert [i for event in events for i in event["choices"][0]["token_ids"]] == direct["choices"][0]["token_ids"]

@@ -174,6 +174,9 @@ class RemoteBackend:
         finish: str | None = None
         usage: Mapping[str, Any] | None = None
         events = 0
+        # the generated ids, when the request asks the engine for them (return_token_ids, in extra) and every
+        # event with text gives them; else the chunks report none
+        reported = body.get("return_token_ids") is True
         try:
             async with self._client.stream("POST", "/v1/completions", json=body) as response:
                 if response.status_code >= 400:
@@ -194,9 +197,13 @@ class RemoteBackend:
                         if not isinstance(choice, Mapping):
                             continue
                         text = choice.get("text")
-                        if isinstance(text, str) and text:
+                        text = text if isinstance(text, str) else ""
+                        ids = _token_ids(choice.get("token_ids")) if reported else None
+                        reported = reported and (ids is not None or not text)
+                        if text:
                             events += 1
-                            yield Chunk(text)
+                        if text or ids:
+                            yield Chunk(text, token_ids=ids if reported else None)
                         if choice.get("finish_reason"):
                             finish = str(choice["finish_reason"])
         except httpx.TimeoutException as exc:
@@ -205,10 +212,16 @@ class RemoteBackend:
             raise BackendError(f"The backend at {self.base_url} failed: {type(exc).__name__}: {exc}") from None
         if finish is None:
             raise BackendError(f"The backend at {self.base_url} ended the stream without finishing the completion.")
-        yield await self._last(request, "", finish, usage, events)
+        yield await self._last(request, "", finish, usage, events, () if reported else None)
 
     async def _last(
-        self, request: Generation, text: str, finish: Any, usage: Mapping[str, Any] | None, events: int | None
+        self,
+        request: Generation,
+        text: str,
+        finish: Any,
+        usage: Mapping[str, Any] | None,
+        events: int | None,
+        token_ids: tuple[int, ...] | None = None,
     ) -> Chunk:
         """The final chunk, with the engine's usage. An engine that reports none in its stream
         (llama-cpp-python's server) gets the prompt counted by its own tokenize endpoint and the completion
@@ -223,7 +236,7 @@ class RemoteBackend:
                 prompt_tokens = None
         if not isinstance(completion_tokens, int):
             completion_tokens = events
-        return Chunk(text, "length" if finish == "length" else "stop", prompt_tokens, completion_tokens)
+        return Chunk(text, "length" if finish == "length" else "stop", prompt_tokens, completion_tokens, token_ids)
 
     # --- tokens ----------------------------------------------------------------------------------------
 
@@ -307,3 +320,10 @@ def _refused(response: httpx.Response) -> BackendError:
     except ValueError:
         detail = response.text[:500]
     return BackendError(f"The backend answered {response.status_code}: {detail}", status=response.status_code)
+
+
+def _token_ids(value: Any) -> tuple[int, ...] | None:
+    """An event's ``token_ids`` (vLLM's, chatcodec serve's), or None when it has none."""
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return tuple(value)
+    return None

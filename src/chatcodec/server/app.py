@@ -184,6 +184,7 @@ def create_app(
             top_p=req.top_p,
             stop=req.stop,
             seed=req.seed,
+            extra={"return_token_ids": True} if req.return_token_ids else {},
         )
         cid, created = "cmpl-" + hex(time.time_ns())[2:], int(time.time())
         prompt_ids = await raw_prompt_ids(req.prompt) if req.return_token_ids else None

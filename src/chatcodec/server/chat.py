@@ -180,6 +180,7 @@ class ChatService:
             stop=stops,
             seed=req.seed,
             constraint=constraint,
+            extra=_ASK_IDS if req.return_token_ids else {},
         )
         by_name = {t["function"]["name"]: t["function"] for t in tools or ()}
         return Plan(req, prompt, generation, dec, by_name, constraint is not None)
@@ -486,6 +487,10 @@ class _Ids:
 @lru_cache(maxsize=64)
 def _frame_for(template: ChatTemplate, kwargs_json: str) -> Frame | None:
     return learn_frame(template, json.loads(kwargs_json))
+
+
+#: what a request for token ids asks a remote engine too (vLLM and chatcodec serve answer it; others ignore it)
+_ASK_IDS: Mapping[str, Any] = {"return_token_ids": True}
 
 
 def _prompt_fields(plan: Plan) -> dict[str, Any]:
