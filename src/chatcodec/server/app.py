@@ -27,7 +27,7 @@ from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, Inpu
 from ..render import ChatTemplate
 from ..tokens import Codec
 from ..vocab import TextTokenizer
-from .chat import ChatService, Plan
+from .chat import ASK_TOKEN_IDS, ChatService, Generated, Plan
 from .errors import APIError
 from .protocol import parse_chat, parse_completion
 
@@ -184,7 +184,7 @@ def create_app(
             top_p=req.top_p,
             stop=req.stop,
             seed=req.seed,
-            extra={"return_token_ids": True} if req.return_token_ids else {},
+            extra=ASK_TOKEN_IDS if req.return_token_ids else {},
         )
         cid, created = "cmpl-" + hex(time.time_ns())[2:], int(time.time())
         prompt_ids = await raw_prompt_ids(req.prompt) if req.return_token_ids else None
@@ -235,22 +235,18 @@ def create_app(
 
         async def whole() -> dict[str, Any]:
             parts: list[str] = []
-            ids: list[int] | None = []
+            generated = Generated()
             last: Chunk | None = None
             gen = backend.generate(generation)
             try:
                 async for chunk in gen:
                     parts.append(chunk.text)
-                    if ids is not None:
-                        if chunk.token_ids is None:
-                            ids = None  # the backend does not report them
-                        else:
-                            ids.extend(chunk.token_ids)
+                    generated.add(chunk)
                     last = chunk
             finally:
                 await gen.aclose()
             finish = last.finish_reason if last is not None else "stop"
-            return payload("".join(parts), finish, _usage(last), ids=ids, prompt=True)
+            return payload("".join(parts), finish, _usage(last), ids=generated.all, prompt=True)
 
         return JSONResponse(await _until_disconnect(request, whole()))
 

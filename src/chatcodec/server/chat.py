@@ -26,7 +26,7 @@ from .constrain import Frame, learn_frame, response_constraint, text_constraint,
 from .errors import APIError
 from .protocol import ChatRequest
 
-__all__ = ["ChatService", "Overhead", "Plan"]
+__all__ = ["ASK_TOKEN_IDS", "ChatService", "Generated", "Overhead", "Plan"]
 
 
 class Overhead:
@@ -74,7 +74,7 @@ class _Clock:
             self._since = time.thread_time()
 
 
-class _Generated:
+class Generated:
     """The token ids the backend generated (:attr:`Chunk.token_ids`): all of them, and those no streamed event
     has given yet; None from the first chunk that came without them (the backend does not report them)."""
 
@@ -180,7 +180,7 @@ class ChatService:
             stop=stops,
             seed=req.seed,
             constraint=constraint,
-            extra=_ASK_IDS if req.return_token_ids else {},
+            extra=ASK_TOKEN_IDS if req.return_token_ids else {},
         )
         by_name = {t["function"]["name"]: t["function"] for t in tools or ()}
         return Plan(req, prompt, generation, dec, by_name, constraint is not None)
@@ -292,7 +292,7 @@ class ChatService:
         clock = _Clock(plan.setup)
         stream = plan.decoder.stream()
         last: Chunk | None = None
-        generated = _Generated()
+        generated = Generated()
         try:
             async with aclosing(self.backend.generate(plan.generation)) as chunks:
                 while True:
@@ -370,7 +370,7 @@ class ChatService:
         head = f'{{"id": "{cid}", "object": "chat.completion.chunk", "created": {created}, "model": {model}, '
         usage_null = ', "usage": null' if req.include_usage else ""
 
-        generated = _Generated()
+        generated = Generated()
 
         def event(delta: Mapping[str, Any], finish: str | None = None, top: str = "") -> bytes:
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -490,7 +490,7 @@ def _frame_for(template: ChatTemplate, kwargs_json: str) -> Frame | None:
 
 
 #: what a request for token ids asks a remote engine too (vLLM and chatcodec serve answer it; others ignore it)
-_ASK_IDS: Mapping[str, Any] = {"return_token_ids": True}
+ASK_TOKEN_IDS: Mapping[str, Any] = {"return_token_ids": True}
 
 
 def _prompt_fields(plan: Plan) -> dict[str, Any]:
