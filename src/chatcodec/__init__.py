@@ -23,6 +23,7 @@ from .exceptions import InputError as InputError
 from .exceptions import LimitError as LimitError
 from .exceptions import LoadError as LoadError
 from .exceptions import MaskError as MaskError
+from .exceptions import PromptMismatchError as PromptMismatchError
 from .exceptions import SandboxError as SandboxError
 from .exceptions import SchemaError as SchemaError
 from .exceptions import SpecialTokenError as SpecialTokenError
@@ -84,6 +85,8 @@ _LAZY: dict[str, str] = {
     "apply_chat_template": "chatcodec.compat",
     "patch": "chatcodec.compat",
     "tool_schema": "chatcodec.tools",
+    "ParsedConversation": "chatcodec.unrender",
+    "parse_conversation": "chatcodec.unrender",
 }
 
 __all__ = [
@@ -107,6 +110,8 @@ __all__ = [
     "Limits",
     "LoadError",
     "MaskError",
+    "ParsedConversation",
+    "PromptMismatchError",
     "Report",
     "SandboxError",
     "SchemaError",
@@ -130,6 +135,7 @@ __all__ = [
     "lint",
     "load",
     "load_template",
+    "parse_conversation",
     "patch",
     "tool_schema",
 ]

@@ -11,7 +11,8 @@ One base class, so callers can catch everything chatcodec reports with one ``exc
     │   └── LimitError              the render went over a budget: output size, time or recursion
     ├── InputError                  messages, tools, documents or options that cannot be rendered
     │   ├── SpecialTokenError       message text holds a control token and the policy is "reject"
-    │   └── MaskError               assistant turns that no supervised token can be found for
+    │   ├── MaskError               assistant turns that no supervised token can be found for
+    │   └── PromptMismatchError     a prompt the template does not render from any text messages
     ├── SchemaError                 a Python function cannot be turned into a tool schema
     ├── LoadError                   a template or tokenizer file is missing, unreadable or malformed
     │   └── TemplateNotFoundError   no template under that name or in that place
@@ -38,6 +39,7 @@ __all__ = [
     "LimitError",
     "LoadError",
     "MaskError",
+    "PromptMismatchError",
     "SandboxError",
     "SchemaError",
     "SpecialTokenError",
@@ -126,6 +128,12 @@ class SpecialTokenError(InputError):
 
 class MaskError(InputError):
     """A conversation has assistant turns, but no token of them could be marked for training."""
+
+
+class PromptMismatchError(InputError):
+    """A prompt to read back into messages (:func:`chatcodec.parse_conversation`) that the template does not
+    render from any conversation of text messages: another template's, or rendered with other tools,
+    date or variables."""
 
 
 class SchemaError(ChatcodecError, ValueError):

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("chatcodec.cli.render", "render messages into the exact prompt a model expects"),
     "tokenize": ("chatcodec.cli.tokenize", "encode messages into token ids, with the assistant mask"),
     "decode": ("chatcodec.cli.decode", "decode a completion into content, reasoning and tool calls"),
+    "unrender": ("chatcodec.cli.unrender", "read a rendered prompt back into the messages that render it"),
     "inspect": ("chatcodec.cli.inspect", "what a template supports and how it behaves, found by probe renders"),
     "lint": ("chatcodec.cli.lint", "check templates for concrete risks, with lines; exit 1 on errors (CI)"),
     "diff": ("chatcodec.cli.diff", "compare two templates on the same chats, or a template with formatted samples"),
