@@ -76,6 +76,7 @@ def parse_conversation(
     *,
     tools: Sequence[Mapping[str, Any]] | None = None,
     documents: Sequence[Mapping[str, Any]] | None = None,
+    strict: bool = False,
     **template_kwargs: Any,
 ) -> ParsedConversation:
     """The messages that ``template`` renders into ``prompt``, exactly.
@@ -84,6 +85,10 @@ def parse_conversation(
     prompt was rendered with: a template that writes tool definitions or the date into the prompt needs
     them to read it. Raises :class:`~chatcodec.PromptMismatchError` when no reading renders back into the
     prompt, and :class:`~chatcodec.InputError` for arguments it cannot use.
+
+    A message text may hold what looks like the template's own markup (a special token, a role header): such
+    readings are tried after the others, and with ``strict=True`` not at all, so that a prompt checked for
+    coming from this template cannot pass as one long message holding another template's turns.
 
     >>> prompt = "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nHello!<|im_end|>\\n<|im_start|>assistant\\n"
     >>> parsed = parse_conversation("chatml", prompt)
@@ -104,7 +109,7 @@ def parse_conversation(
     if documents is not None:
         options["documents"] = documents
     grammar = _grammar(chat, options)
-    reader = _Reader(prompt, grammar, grammar.structure(chat))
+    reader = _Reader(prompt, grammar, grammar.structure(chat), strict)
     decoders = _AssistantDecoders(chat, options)
     closest = (-1, "")  # the rendered reading that agrees with the prompt longest: how far, and what it has there
     renders = 0
@@ -127,7 +132,10 @@ def parse_conversation(
             agree = common_prefix(again, prompt)
             if agree > closest[0]:
                 closest = (agree, again[agree : agree + 40])
-    raise PromptMismatchError(_mismatch(chat, prompt, reader.furthest, closest, grammar, options))
+    why = _mismatch(chat, prompt, reader.furthest, closest, grammar, options)
+    if reader.marked is not None:
+        why += f" (Readings whose texts hold the template's own markup, {reader.marked!r}, are not taken: strict.)"
+    raise PromptMismatchError(why)
 
 
 # --- learning the template's text ------------------------------------------------------------------------
@@ -292,24 +300,29 @@ _RANK = {role: rank for rank, role in enumerate(ROLES)}
 class _Reader:
     """Every reading of a prompt as head, message texts joined by glues, and tail, most likely first."""
 
-    def __init__(self, prompt: str, grammar: _Grammar, structure: list[str]) -> None:
+    def __init__(self, prompt: str, grammar: _Grammar, structure: list[str], strict: bool) -> None:
         self.prompt = prompt
         self.grammar = grammar
         self.structure = structure
+        self.strict = strict
+        #: a reading left out because its texts hold markup (``strict``)
+        self.marked: str | None = None
         #: how far into the prompt any reading got (where it stops following the template), -1: not started
         self.furthest = -1
 
     def readings(self) -> Iterator[tuple[list[tuple[str, str, bool]], str]]:
         """Each reading (messages as role, text and whether their reasoning was opened, and how the prompt ends),
         depth first, the message that ends earliest first; readings whose texts hold the template's
-        structure (a special token, a role header) after the others."""
+        structure (a special token, a role header) after the others, or not at all when ``strict``."""
         later: list[tuple[list[tuple[str, str, bool]], str]] = []
         for reading in self._all():
-            if any(piece in text for _, text, _ in reading[0] for piece in self.structure):
-                if len(later) < _MAX_RENDERS:
-                    later.append(reading)
-            else:
+            marked = next((piece for _, text, _ in reading[0] for piece in self.structure if piece in text), None)
+            if marked is None:
                 yield reading
+            elif self.strict:
+                self.marked = self.marked or marked
+            elif len(later) < _MAX_RENDERS:
+                later.append(reading)
         yield from later
 
     def _all(self) -> Iterator[tuple[list[tuple[str, str, bool]], str]]:

@@ -112,6 +112,29 @@ def test_diff_against_formatted_samples_finds_the_planted_mismatch(tmp_path: Pat
     assert "-<think>\n-\n-</think>\n-\n" in text and text.endswith("1 of 4 samples differ (line 3)\n")
 
 
+def test_diff_reads_samples_kept_as_text_alone(tmp_path: Path) -> None:
+    """A dataset of rendered texts: each is read back with the template; one another template wrote differs."""
+    qwen3, chatml = load_template("qwen3"), load_template("chatml")
+    chats = [
+        [{"role": "user", "content": f"Question {i}"}, {"role": "assistant", "content": f"Answer {i}"}]
+        for i in range(3)
+    ]
+    rows = [{"text": qwen3.render(chat)} for chat in chats]
+    rows.append({"text": qwen3.render(chats[0][:1], add_generation_prompt=True)})
+    samples = tmp_path / "texts.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    code, out, err = run(["diff", "qwen3", str(samples)])
+    assert (code, out.decode()) == (0, "0 of 4 samples differ\n"), err
+    rows[1]["text"] = chatml.render(chats[1])  # no empty think block: not what qwen3 writes for an answer
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    code, out, _ = run(["diff", "qwen3", str(samples)])
+    text = out.decode()
+    assert code == 1 and text.startswith(f"== {samples} line 2: differs from what qwen3 renders\n")
+    assert "-(raised: The prompt is not one template 'qwen3' renders from text messages" in text
+    assert "(Readings whose texts hold the template's own markup, '<|im_end|>', are not taken: strict.)" in text
+    assert text.endswith("1 of 4 samples differ (line 2)\n")
+
+
 def test_diff_tokens_of_formatted_samples(tmp_path: Path) -> None:
     require_shared()
     codec = chatcodec.load(QWEN3_TOKENIZER)

@@ -25,7 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " and of the tokens when tokenizers are given. Without --messages, built-in conversations cover a user"
         " turn, every role, a tool round trip and reasoning in history. B may instead be a .jsonl file of"
         ' formatted training samples ({"messages": [...], "text": "..."} or {"messages": [...], "input_ids": [...]}'
-        " per line), checked against what A renders for their messages. Exits 1 when anything differs."
+        ' per line), checked against what A renders for their messages; a sample with "text" alone is read'
+        " back with A, and differs when A renders it from no conversation. Exits 1 when anything differs."
     )
     parser.add_argument("a", metavar="A", help="a template: built-in name, model folder or template file")
     parser.add_argument("b", metavar="B", help="another template, or a .jsonl file of formatted samples")

@@ -226,16 +226,27 @@ def check_samples(
     """Check formatted samples: ``(line, row)`` pairs, each row with ``messages`` and ``text`` (the formatted
     string) or ``input_ids`` (its tokens; these need ``codec``). A row may carry ``tools``, ``documents``,
     ``chat_template_kwargs`` and ``add_generation_prompt`` (default false), as a request body does.
+
+    A row with ``text`` and no ``messages`` (a dataset kept as rendered text) is checked by reading the text
+    back with the template (:func:`chatcodec.parse_conversation`, strict): it is the same when the template
+    renders it from some conversation whose texts hold none of the template's markup, and differs with the
+    reason when it does not.
     """
     checks = []
     for line, row in samples:
         where = f"line {line}"
-        messages = row.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise InputError(f'{where}: a formatted sample needs "messages", a non-empty list')
         kwargs = row.get("chat_template_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise InputError(f'{where}: "chat_template_kwargs" must be an object')
+        messages = row.get("messages")
+        if messages is None and isinstance(row.get("text"), str):
+            given = {"tools": row.get("tools"), "documents": row.get("documents"), **(variables or {}), **kwargs}
+            checks.append(
+                SampleCheck(line, _read_back(template, row["text"], given, label), Side(f"sample {where}", row["text"]))
+            )
+            continue
+        if not isinstance(messages, list) or not messages:
+            raise InputError(f'{where}: a formatted sample needs "messages", a non-empty list (or "text" alone)')
         options: dict[str, Any] = {
             "tools": row.get("tools"),
             "documents": row.get("documents"),
@@ -259,6 +270,18 @@ def check_samples(
         else:
             raise InputError(f'{where}: a formatted sample needs "text" (a string) or "input_ids" (a list)')
     return checks
+
+
+def _read_back(template: ChatTemplate, text: str, options: dict[str, Any], label: str) -> Side:
+    """The template's side for a sample that is text alone: the text itself when the template renders it from
+    some conversation, else the reason it does not."""
+    from ..unrender import parse_conversation
+
+    try:
+        parse_conversation(template, text, strict=True, **{"now": NOW, **options})
+    except InputError as exc:
+        return Side(label, None, exc.message)
+    return Side(label, text)
 
 
 def _lines(text: str) -> list[str]:
