@@ -76,7 +76,7 @@ def parse_conversation(
     *,
     tools: Sequence[Mapping[str, Any]] | None = None,
     documents: Sequence[Mapping[str, Any]] | None = None,
-    strict: bool = False,
+    strict: bool = True,
     **template_kwargs: Any,
 ) -> ParsedConversation:
     """The messages that ``template`` renders into ``prompt``, exactly.
@@ -86,9 +86,10 @@ def parse_conversation(
     them to read it. Raises :class:`~chatcodec.PromptMismatchError` when no reading renders back into the
     prompt, and :class:`~chatcodec.InputError` for arguments it cannot use.
 
-    A message text may hold what looks like the template's own markup (a special token, a role header): such
-    readings are tried after the others, and with ``strict=True`` not at all, so that a prompt checked for
-    coming from this template cannot pass as one long message holding another template's turns.
+    A reading whose texts (or reasoning) hold the template's own markup (a special token, a role header) is
+    not taken unless ``strict=False``, and then only after the others: otherwise another template's prompt
+    could pass as one long message holding its turns, and such a text would not encode to the prompt's
+    tokens (:meth:`chatcodec.Codec.encode` escapes markup in texts by default).
 
     >>> prompt = "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nHello!<|im_end|>\\n<|im_start|>assistant\\n"
     >>> parsed = parse_conversation("chatml", prompt)
@@ -109,33 +110,70 @@ def parse_conversation(
     if documents is not None:
         options["documents"] = documents
     grammar = _grammar(chat, options)
-    reader = _Reader(prompt, grammar, grammar.structure(chat), strict)
+    structure = grammar.structure(chat)
+    reader = _Reader(prompt, grammar)
     decoders = _AssistantDecoders(chat, options)
     closest = (-1, "")  # the rendered reading that agrees with the prompt longest: how far, and what it has there
-    renders = 0
-    for reading, ending in reader.readings():
-        render_options = {
-            **options,
+    renders, marked = 0, None
+    later: list[tuple[list[dict[str, Any]], str]] = []  # readings whose texts hold markup, tried last
+
+    def attempt(messages: list[dict[str, Any]], ending: str) -> ParsedConversation | None:
+        nonlocal renders, closest
+        renders += 1
+        flags: dict[str, Any] = {
             "add_generation_prompt": ending == "generation",
             "continue_final_message": ending == "open",
         }
+        try:
+            again = chat.render(messages, **options, **flags)
+        except ChatcodecError:
+            return None
+        if again == prompt:
+            return ParsedConversation(
+                messages, flags["add_generation_prompt"], flags["continue_final_message"], dict(options)
+            )
+        agree = common_prefix(again, prompt)
+        if agree > closest[0]:
+            closest = (agree, again[agree : agree + 40])
+        return None
+
+    for reading, ending in reader.readings():
         for messages in _forms(reading, ending, decoders):
             if renders >= _MAX_RENDERS:
                 break
-            renders += 1
-            try:
-                again = chat.render(messages, **render_options)
-            except ChatcodecError:
+            found = _markup(messages, structure)
+            if found is not None:
+                marked = marked or found
+                if not strict and len(later) < _MAX_RENDERS:
+                    later.append((messages, ending))
                 continue
-            if again == prompt:
-                return ParsedConversation(messages, ending == "generation", ending == "open", dict(options))
-            agree = common_prefix(again, prompt)
-            if agree > closest[0]:
-                closest = (agree, again[agree : agree + 40])
+            parsed = attempt(messages, ending)
+            if parsed is not None:
+                return parsed
+        if renders >= _MAX_RENDERS:
+            break
+    for messages, ending in later:
+        if renders >= _MAX_RENDERS:
+            break
+        parsed = attempt(messages, ending)
+        if parsed is not None:
+            return parsed
     why = _mismatch(chat, prompt, reader.furthest, closest, grammar, options)
-    if reader.marked is not None:
-        why += f" (Readings whose texts hold the template's own markup, {reader.marked!r}, are not taken: strict.)"
+    if marked is not None and strict:
+        why += f" (Readings whose texts hold the template's own markup, {marked!r}, are not taken: strict=True.)"
     raise PromptMismatchError(why)
+
+
+def _markup(messages: list[dict[str, Any]], structure: list[str]) -> str | None:
+    """The first piece of the template's markup in a text or reasoning of the messages, if any."""
+    for message in messages:
+        for key in ("content", "reasoning_content"):
+            text = message.get(key)
+            if isinstance(text, str):
+                for piece in structure:
+                    if piece in text:
+                        return piece
+    return None
 
 
 # --- learning the template's text ------------------------------------------------------------------------
@@ -300,33 +338,15 @@ _RANK = {role: rank for rank, role in enumerate(ROLES)}
 class _Reader:
     """Every reading of a prompt as head, message texts joined by glues, and tail, most likely first."""
 
-    def __init__(self, prompt: str, grammar: _Grammar, structure: list[str], strict: bool) -> None:
+    def __init__(self, prompt: str, grammar: _Grammar) -> None:
         self.prompt = prompt
         self.grammar = grammar
-        self.structure = structure
-        self.strict = strict
-        #: a reading left out because its texts hold markup (``strict``)
-        self.marked: str | None = None
         #: how far into the prompt any reading got (where it stops following the template), -1: not started
         self.furthest = -1
 
     def readings(self) -> Iterator[tuple[list[tuple[str, str, bool]], str]]:
-        """Each reading (messages as role, text and whether their reasoning was opened, and how the prompt ends),
-        depth first, the message that ends earliest first; readings whose texts hold the template's
-        structure (a special token, a role header) after the others, or not at all when ``strict``."""
-        later: list[tuple[list[tuple[str, str, bool]], str]] = []
-        for reading in self._all():
-            marked = next((piece for _, text, _ in reading[0] for piece in self.structure if piece in text), None)
-            if marked is None:
-                yield reading
-            elif self.strict:
-                self.marked = self.marked or marked
-            elif len(later) < _MAX_RENDERS:
-                later.append(reading)
-        yield from later
-
-    def _all(self) -> Iterator[tuple[list[tuple[str, str, bool]], str]]:
-        """Every reading, depth first: from the longest head, each message's text ending at the earliest place
+        """Every reading (messages as role, text and whether the text before opened their reasoning, and how
+        the prompt ends), depth first: from the longest head, each message's text ending at the earliest place
         a glue to a next message (or the tail) follows; the places are found as the search reaches them."""
         prompt = self.prompt
         # the longest head first: text the template writes itself (a default system prompt) is not a message

@@ -131,7 +131,7 @@ def test_diff_reads_samples_kept_as_text_alone(tmp_path: Path) -> None:
     text = out.decode()
     assert code == 1 and text.startswith(f"== {samples} line 2: differs from what qwen3 renders\n")
     assert "-(raised: The prompt is not one template 'qwen3' renders from text messages" in text
-    assert "(Readings whose texts hold the template's own markup, '<|im_end|>', are not taken: strict.)" in text
+    assert "(Readings whose texts hold the template's own markup, '<|im_end|>', are not taken: strict=True.)" in text
     assert text.endswith("1 of 4 samples differ (line 2)\n")
 
 
