@@ -113,55 +113,63 @@ def parse_conversation(
     structure = grammar.structure(chat)
     reader = _Reader(prompt, grammar)
     decoders = _AssistantDecoders(chat, options)
-    closest = (-1, "")  # the rendered reading that agrees with the prompt longest: how far, and what it has there
-    renders, marked = 0, None
+    check = _Check(chat, prompt, options)
+    marked = None
     later: list[tuple[list[dict[str, Any]], str]] = []  # readings whose texts hold markup, tried last
-
-    def attempt(messages: list[dict[str, Any]], ending: str) -> ParsedConversation | None:
-        nonlocal renders, closest
-        renders += 1
-        flags: dict[str, Any] = {
-            "add_generation_prompt": ending == "generation",
-            "continue_final_message": ending == "open",
-        }
-        try:
-            again = chat.render(messages, **options, **flags)
-        except ChatcodecError:
-            return None
-        if again == prompt:
-            return ParsedConversation(
-                messages, flags["add_generation_prompt"], flags["continue_final_message"], dict(options)
-            )
-        agree = common_prefix(again, prompt)
-        if agree > closest[0]:
-            closest = (agree, again[agree : agree + 40])
-        return None
-
     for reading, ending in reader.readings():
+        if check.spent:
+            break
         for messages in _forms(reading, ending, decoders):
-            if renders >= _MAX_RENDERS:
-                break
             found = _markup(messages, structure)
             if found is not None:
                 marked = marked or found
                 if not strict and len(later) < _MAX_RENDERS:
                     later.append((messages, ending))
-                continue
-            parsed = attempt(messages, ending)
-            if parsed is not None:
+            elif (parsed := check.renders_back(messages, ending)) is not None:
                 return parsed
-        if renders >= _MAX_RENDERS:
-            break
     for messages, ending in later:
-        if renders >= _MAX_RENDERS:
-            break
-        parsed = attempt(messages, ending)
-        if parsed is not None:
+        if (parsed := check.renders_back(messages, ending)) is not None:
             return parsed
-    why = _mismatch(chat, prompt, reader.furthest, closest, grammar, options)
+    why = _mismatch(chat, prompt, reader.furthest, check.closest, grammar, options)
     if marked is not None and strict:
         why += f" (Readings whose texts hold the template's own markup, {marked!r}, are not taken: strict=True.)"
     raise PromptMismatchError(why)
+
+
+class _Check:
+    """Readings rendered back, at most :data:`_MAX_RENDERS` of them; the closest miss is kept for the error."""
+
+    def __init__(self, template: ChatTemplate, prompt: str, options: dict[str, Any]) -> None:
+        self.template = template
+        self.prompt = prompt
+        self.options = options
+        self.renders = 0
+        #: how far the rendered reading that agrees with the prompt longest agrees, and what it has there
+        self.closest = (-1, "")
+
+    @property
+    def spent(self) -> bool:
+        return self.renders >= _MAX_RENDERS
+
+    def renders_back(self, messages: list[dict[str, Any]], ending: str) -> ParsedConversation | None:
+        """The parsed conversation if ``messages``, ending so, render into the prompt; None otherwise (or when
+        the renders are spent)."""
+        if self.spent:
+            return None
+        self.renders += 1
+        generation, open_ = ending == "generation", ending == "open"
+        try:
+            again = self.template.render(
+                messages, add_generation_prompt=generation, continue_final_message=open_, **self.options
+            )
+        except ChatcodecError:
+            return None
+        if again == self.prompt:
+            return ParsedConversation(messages, generation, open_, dict(self.options))
+        agree = common_prefix(again, self.prompt)
+        if agree > self.closest[0]:
+            self.closest = (agree, again[agree : agree + 40])
+        return None
 
 
 def _markup(messages: list[dict[str, Any]], structure: list[str]) -> str | None:
