@@ -13,7 +13,7 @@ import chatcodec
 
 PACKAGE = Path(chatcodec.__file__).resolve().parent
 #: modules and packages on the upper floors: nothing below them may import them (architecture.md)
-UPPER = ("cli", "server", "backends", "tools", "inspect", "inspection", "dataset", "compat")
+UPPER = ("cli", "server", "backends", "tools", "inspect", "inspection", "dataset", "compat", "unrender")
 
 
 def _modules() -> dict[str, Path]:
