@@ -177,6 +177,26 @@ def read_json(path: str, what: str) -> Any:
     return parse_json(text, label, what)
 
 
+def read_jsonl(path: str, what: str) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSON-lines file, each with its line number (blank lines skipped); one-line errors
+    name the file and line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{what} file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {what} from {path}: {exc}") from None
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        row = parse_json(line, f"{path} line {number}", what)
+        if not isinstance(row, dict):
+            raise InputError(f"{path} line {number} must be a JSON object")
+        rows.append((number, row))
+    return rows
+
+
 def parse_json(text: str, label: str, what: str) -> Any:
     """``text`` as JSON; ``label`` names where it came from in the error."""
     if not text.strip():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..exceptions import InputError
@@ -96,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _samples(args: argparse.Namespace, template: Any, codec: Any, variables: dict[str, Any], color: bool) -> int:
-    rows = list(_read_jsonl(args.b, "formatted samples"))
+    rows = list(common.read_jsonl(args.b, "formatted samples"))
     if not rows:
         raise InputError(f"{args.b} holds no samples")
     checks = check_samples(template, rows, codec=codec, variables=variables, label=_label(args.a, variables, "a"))
@@ -116,27 +115,9 @@ def _samples(args: argparse.Namespace, template: Any, codec: Any, variables: dic
     return EXIT_DIFFERENT if bad else 0
 
 
-def _read_jsonl(path: str, what: str) -> list[tuple[int, dict[str, Any]]]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{what} file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {what} from {path}: {exc}") from None
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        row = common.parse_json(line, f"{path} line {number}", what)
-        if not isinstance(row, dict):
-            raise InputError(f"{path} line {number} must be a JSON object")
-        rows.append((number, row))
-    return rows
-
-
 def _conversations(path: str) -> list[Conversation]:
     if path.endswith(".jsonl"):
-        items = [(f"{path} line {n}", row) for n, row in _read_jsonl(path, "messages")]
+        items = [(f"{path} line {n}", row) for n, row in common.read_jsonl(path, "messages")]
     else:
         items = [(path, common.read_json(path, "messages"))]
     conversations = []

@@ -97,15 +97,10 @@ def _dataset(args: argparse.Namespace, template: ChatTemplate, options: dict[str
 
 
 def _read_rows(path: str, field: str) -> list[tuple[int, dict[str, Any]]]:
-    text = _read_prompt(path)
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        row = common.parse_json(line, f"{path} line {number}", "texts")
-        if not isinstance(row, dict) or not isinstance(row.get(field), str):
+    rows = common.read_jsonl(path, "texts")
+    for number, row in rows:
+        if not isinstance(row.get(field), str):
             raise InputError(f"{path} line {number} must be a JSON object with a text in {field!r}")
-        rows.append((number, row))
     if not rows:
         raise InputError(f"{path} holds no texts")
     return rows
