@@ -219,16 +219,21 @@ def test_unrender_command_reads_a_dataset_line_for_line(tmp_path: Any) -> None:
     chats = [[{"role": "user", "content": f"Q{i}"}, {"role": "assistant", "content": f"A{i}"}] for i in range(3)]
     rows = [{"id": i, "text": qwen3.render(chat)} for i, chat in enumerate(chats)]
     rows[1]["text"] = chatml.render(chats[1])
+    # a line's own template variables read it: without them this is an open, empty answer
+    question = chats[2][:1]
+    rows[2]["text"] = qwen3.render(question, add_generation_prompt=True, enable_thinking=False)
+    rows[2]["chat_template_kwargs"] = {"enable_thinking": False}
     path = tmp_path / "texts.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows) + "\n", encoding="utf-8")
     code, out, err = run(["unrender", "-t", "qwen3", str(path), "--no-progress"])
     lines = [json.loads(line) for line in out.decode().splitlines()]
     assert code == 1 and err == "chatcodec: note: read 2 of 3 texts; 1 not read (line 2)\n"
     assert [line["id"] for line in lines] == [0, 1, 2]
-    for index in (0, 2):
-        assert lines[index] == {
-            "id": index, "messages": chats[index], "add_generation_prompt": False, "continue_final_message": False,
-        }  # fmt: skip
+    assert lines[0] == {"id": 0, "messages": chats[0], "add_generation_prompt": False, "continue_final_message": False}
+    assert lines[2] == {
+        "id": 2, "chat_template_kwargs": {"enable_thinking": False},
+        "messages": question, "add_generation_prompt": True, "continue_final_message": False,
+    }  # fmt: skip
     assert lines[1]["text"] == rows[1]["text"] and "not one template 'qwen3' renders" in lines[1]["unrender_error"]
     path.write_text('{"id": 1, "prompt": "x"}\n', encoding="utf-8")
     code, out, err = run(["unrender", "-t", "qwen3", str(path)])

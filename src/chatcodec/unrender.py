@@ -3,13 +3,16 @@
 Datasets are often kept as rendered text, a server's log holds the prompt it sent, and a prompt from another
 stack is easier to compare as messages than as text. :func:`parse_conversation` reads such a prompt with a
 given template and no format written by hand: the template is rendered on probe conversations whose texts
-are unique markers (every sequence of up to three roles, ending plainly, with the generation prompt, or left
-open), which shows the literal text it writes before a conversation's first message, between any two
-messages by their roles, and after the last one. A prompt is read as one of those heads, message texts
-joined by those glues, and one of those tails; the text of an assistant message goes through the template's
-own decoder (:func:`chatcodec.decoder_for`), so that its reasoning and tool calls come back as fields.
+are unique markers (every sequence of up to three roles, assistant messages with and without reasoning,
+ending plainly, with the generation prompt, or left open), which shows the literal text it writes before a
+conversation's first message, between any two messages by their roles, and after the last one. A prompt is
+read as one of those heads, message texts joined by those glues, and one of those tails, each text ending
+at the earliest place that still leads to a reading; the text of an assistant message goes through the
+template's own decoder (:func:`chatcodec.decoder_for`), so that its reasoning and tool calls come back as
+fields.
 
-A reading is returned only if rendering it gives the prompt back byte for byte; otherwise
+A reading is returned only if rendering it gives the prompt back byte for byte, and (unless
+``strict=False``) if none of its texts holds the template's own markup; otherwise
 :class:`~chatcodec.PromptMismatchError` says how far the prompt follows the template. What comes back is *a*
 conversation that renders the prompt: what the template drops (the reasoning of earlier turns, whitespace it
 trims) is not in the prompt to be read.
@@ -35,8 +38,8 @@ from .vocab import common_prefix
 
 __all__ = ["ParsedConversation", "parse_conversation"]
 
-#: the roles a prompt is read in; a template that renders none of them between markers is not readable
-ROLES = ("system", "user", "assistant", "tool")
+#: the roles a prompt is read in, the likelier first where a template writes two alike
+_ROLES = ("system", "user", "assistant", "tool")
 #: how a prompt can end after its last message
 _ENDINGS = ("end", "generation", "open")
 #: probe conversations have up to this many messages
@@ -250,7 +253,7 @@ def _learn(template: ChatTemplate, options: dict[str, Any]) -> _Grammar:
     """Render every probe conversation the template accepts, and keep the text around the markers."""
     grammar = _Grammar()
     for length in range(1, _PROBE_LENGTH + 1):
-        for roles in itertools.product(ROLES, repeat=length):
+        for roles in itertools.product(_ROLES, repeat=length):
             # each assistant message without reasoning and with it
             choices = [(False, True) if role == "assistant" else (False,) for role in roles]
             for thinking in itertools.product(*choices):
@@ -340,7 +343,7 @@ def _order(place: _Place) -> tuple[int, int, int]:
 
 
 #: the role a text is read as when the template writes two roles alike (a tool result as a user turn)
-_RANK = {role: rank for rank, role in enumerate(ROLES)}
+_RANK = {role: rank for rank, role in enumerate(_ROLES)}
 
 
 class _Reader:

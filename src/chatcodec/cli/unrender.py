@@ -26,7 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " messages, add_generation_prompt and continue_final_message. `chatcodec render` gives the prompt back"
         " from it byte for byte; a prompt the template does not render is an error (exit 2) that says where it"
         " stops following the template. A .jsonl file is a dataset: each line's --field text becomes that"
-        " line's messages (its other fields kept); a line that is not read keeps its text and gets"
+        " line's messages (its other fields kept; its tools and chat_template_kwargs, if any, used to read it);"
+        " a line that is not read keeps its text and gets"
         ' "unrender_error", and the exit code is 1.'
     )
     parser.add_argument(
@@ -82,7 +83,12 @@ def _dataset(args: argparse.Namespace, template: ChatTemplate, options: dict[str
     out = sys.stdout
     show = not args.no_progress and sys.stderr.isatty()
     for number, row in track(rows, description="reading", console=Console(stderr=True), disable=not show):
-        given = {**options, "tools": row.get("tools", options["tools"])}
+        variables = row.get("chat_template_kwargs")
+        given = {
+            **options,
+            "tools": row.get("tools", options["tools"]),
+            **(variables if isinstance(variables, dict) else {}),
+        }
         try:
             parsed = parse_conversation(template, row[args.field], **given)
         except PromptMismatchError as exc:
