@@ -37,12 +37,12 @@ UNREAD = {
 
 @cache
 def _template(name: str) -> ChatTemplate:
-    """One template object per corpus name: what a template is learned from is kept with the object."""
+    """One template object per corpus name, loaded once."""
     entry = manifest()[name]
     return ChatTemplate(template_source(entry["name"]), special_tokens=entry["special_tokens"], name=entry["name"])
 
 
-def _read(record: dict[str, Any]) -> tuple[ChatTemplate, dict[str, Any], Any]:
+def _read(record: dict[str, Any], strict: bool = True) -> tuple[ChatTemplate, dict[str, Any], Any]:
     conversation = conversations()[record["conversation"]]
     variables = {
         k: v for k, v in record["options"].items() if k not in ("add_generation_prompt", "continue_final_message")
@@ -52,7 +52,7 @@ def _read(record: dict[str, Any]) -> tuple[ChatTemplate, dict[str, Any], Any]:
     return (
         template,
         conversation,
-        parse_conversation(template, record["output"], tools=tools, now=GOLDEN_NOW, **variables),
+        parse_conversation(template, record["output"], tools=tools, now=GOLDEN_NOW, strict=strict, **variables),
     )
 
 
@@ -89,6 +89,24 @@ def test_every_reading_renders_the_prompt_back() -> None:
         read += 1
     assert read + unread == len(CASES) == 1600
     assert read > unread
+
+
+def test_typed_role_headers_are_refused_or_read_with_strict_off() -> None:
+    """The conversation that types other templates' control tokens into its messages: on every template it is
+    read (where those are not this template's markup), or refused naming the markup and read with strict=False."""
+    require_shared()
+    refused = set()
+    for record in CASES:
+        if record["conversation"] != "injection_special_tokens":
+            continue
+        try:
+            _read(record)
+        except PromptMismatchError as exc:
+            assert "own markup" in str(exc), record["template"]
+            refused.add(record["template"])
+            template, _, parsed = _read(record, strict=False)
+            assert template.render(parsed.messages, **parsed.render_options()) == record["output"]
+    assert {"Qwen-Qwen3-0.6B", "chujiezheng-chatml"} <= refused  # its user text holds <|im_end|>
 
 
 def _golden(template: str, conversation: str) -> dict[str, Any]:
