@@ -127,6 +127,21 @@ def test_tool_calls_and_reasoning_come_back_as_fields() -> None:
     assert parsed.messages[1]["reasoning_content"]
 
 
+@pytest.mark.parametrize("name", ["moonshotai-Kimi-K2", "seed-korean-toolcall"])
+def test_tool_results_come_back_with_the_call_ids_the_template_writes(name: str) -> None:
+    """Kimi K2 writes '## Return of <id>' before a tool result, the Korean template the id after
+    '<tool_response>': learned from probes with calls, the ids come back in each result's tool_call_id."""
+    require_shared()
+    _, conversation, parsed = _read(_golden(name, "tools_roundtrip"))
+    results = [m for m in parsed.messages if m["role"] == "tool"]
+    wanted = [m for m in conversation["messages"] if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in results] == [(m["tool_call_id"], m["content"]) for m in wanted]
+    calls = parsed.messages[1]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == [
+        c["function"]["name"] for c in conversation["messages"][1]["tool_calls"]
+    ]
+
+
 def test_how_the_prompt_ends() -> None:
     chatml = load_template("chatml")
     chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]

@@ -20,10 +20,12 @@ trims) is not in the prompt to be read.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import json
 import os
+import re
 import threading
 import warnings
 from collections import OrderedDict
@@ -213,7 +215,7 @@ class _Grammar:
         whitespace aside): a reading whose message texts hold one is likely wrong, and tried last."""
         texts = {token for token in template.special_tokens.values() if isinstance(token, str)}
         texts.update(head for heads in self.heads.values() for head in heads)
-        texts.update(glue for glues in self.glues.values() for _, glue, _ in glues)
+        texts.update(part for glues in self.glues.values() for entry in glues for part in entry[1].split(_SLOT))
         texts.update(tail for tails in self.tails.values() for _, tail in tails)
         return sorted({text.strip() for text in texts if len(text.strip()) >= 2})
 
@@ -275,12 +277,94 @@ def _learn(template: ChatTemplate, options: dict[str, Any]) -> _Grammar:
                     found = _split(text, messages, thinking)
                     if found is not None:
                         grammar.add(roles, found[1], ending, found[0])
+    if grammar.heads:
+        _learn_tool_results(template, options, grammar)
     if not grammar.heads:
         raise PromptMismatchError(
             f"Template {template.name or 'unnamed'!r} writes no conversation of plain text messages in order"
             " (each text once, where its message is), so its prompts cannot be read back."
         )
     return grammar
+
+
+#: a slot in a glue: the text there is the call's id or the function's name (``_SLOT + "id" + _SLOT``)
+_SLOT = "\x00"
+#: the message field a slot's text goes to
+_SLOT_FIELDS = {"id": "tool_call_id", "name": "name"}
+
+
+def _learn_tool_results(template: ChatTemplate, options: dict[str, Any], grammar: _Grammar) -> None:
+    """The text a template writes around tool results that answer calls: often the call's id or function name
+    (Kimi K2's ``## Return of <id>``), or a frame that only results after calls get. Probes: a question, an
+    answer with one call (two), the result of each, then a question or an answer; the text between the
+    answer's end (where the same answer, last, meets its tail) and the first result is a glue from an
+    assistant to a tool, with slots where the id and the name are."""
+    calls: list[dict[str, Any]] = [
+        {
+            "id": f"call{i}Qzid{i}Xq",
+            "type": "function",
+            "function": {"name": f"Qzfn{i}Xq", "arguments": {"q": f"Qzarg{i}Xq"}},
+        }
+        for i in range(2)
+    ]
+    for count in (1, 2):
+        asked: list[dict[str, Any]] = [
+            _probe(0, "user", False),
+            {**_probe(1, "assistant", False), "tool_calls": calls[:count]},
+        ]
+        answered: list[dict[str, Any]] = [
+            {**_probe(2 + i, "tool", False), "tool_call_id": call["id"], "name": call["function"]["name"]}
+            for i, call in enumerate(calls[:count])
+        ]
+        try:
+            alone = template.render(asked, **options)
+        except ChatcodecError:
+            continue  # a template that renders no calls, or not this many
+        ends = [
+            len(alone) - len(tail)
+            for ending, tail in grammar.tails.get("assistant", ())
+            if ending == "end" and alone.endswith(tail)
+        ]
+        if not ends:
+            continue
+        answer_end = min(ends)
+        for following, ending in ((None, "end"), (None, "generation"), ("user", "end"), ("assistant", "end")):
+            after = [] if following is None else [_probe(2 + count, following, False)]
+            messages = asked + answered + after
+            try:
+                text = template.render(messages, add_generation_prompt=ending == "generation", **options)
+            except ChatcodecError:
+                continue
+            texts = [message["content"] for message in answered + after]
+            starts = [text.find(marker) for marker in texts]
+            if (
+                not text.startswith(alone[:answer_end])  # the answer renders otherwise when results follow it
+                or any(at < answer_end or text.count(marker) != 1 for at, marker in zip(starts, texts, strict=True))
+                or starts != sorted(starts)
+            ):
+                continue
+            between = [text[answer_end : starts[0]]]
+            between += [text[starts[i] + len(texts[i]) : starts[i + 1]] for i in range(len(texts) - 1)]
+            slotted = [
+                _slots(piece, answered_call)
+                for piece, answered_call in zip(between, [*calls[:count], None], strict=False)
+            ]
+            tail = text[starts[-1] + len(texts[-1]) :]
+            if any(piece is None for piece in slotted) or "Qz" in tail:
+                continue
+            roles = ["assistant"] + ["tool"] * count + ([following] if following else [])
+            for index, piece in enumerate(slotted):
+                assert piece is not None
+                _add(grammar.glues.setdefault(roles[index], []), (roles[index + 1], piece, False))
+            _add(grammar.tails.setdefault(roles[-1], []), (ending, tail))
+
+
+def _slots(piece: str, call: dict[str, Any] | None) -> str | None:
+    """``piece`` with the call's id and function name as slots; None if it holds any other probe marker (it
+    is not text written between two messages alone)."""
+    if call is not None:
+        piece = piece.replace(call["id"], f"{_SLOT}id{_SLOT}").replace(call["function"]["name"], f"{_SLOT}name{_SLOT}")
+    return None if "Qz" in piece else piece
 
 
 def _probe(at: int, role: str, thought: bool) -> dict[str, str]:
@@ -331,15 +415,39 @@ class _Step:
     end: int
     opened: bool
     before: _Step | None
+    #: fields the text before it gave (a tool result's ``tool_call_id`` and ``name``, from slots)
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 #: where a message's text may end: (the end, -the length of what follows, the rank of the next role, the next
-#: role or None at the prompt's end, the glue or how the prompt ends, whether the glue opens the next reasoning)
-_Place = tuple[int, int, int, str | None, str, bool]
+#: role or None at the prompt's end, the glue or how the prompt ends, whether the glue opens the next reasoning,
+#: the next message's fields read from the glue's slots)
+_Place = tuple[int, int, int, str | None, str, bool, tuple[tuple[str, str], ...]]
 
 
 def _order(place: _Place) -> tuple[int, int, int]:
     return place[0], place[1], place[2]
+
+
+#: a message read: its role, its text, whether the text before it opened its reasoning, and fields from slots
+_Read = tuple[str, str, bool, tuple[tuple[str, str], ...]]
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(glue: str) -> re.Pattern[str]:
+    """A glue with slots as a regular expression: each slot a named group on one line (a second use of the
+    same slot must repeat it)."""
+    parts = glue.split(_SLOT)
+    out, seen = [], set()
+    for index, part in enumerate(parts):
+        if index % 2 == 0:
+            out.append(re.escape(part))
+        elif part in seen:
+            out.append(f"(?P={part})")
+        else:
+            seen.add(part)
+            out.append(f"(?P<{part}>[^\n]+?)")
+    return re.compile("".join(out))
 
 
 #: the role a text is read as when the template writes two roles alike (a tool result as a user turn)
@@ -355,7 +463,7 @@ class _Reader:
         #: how far into the prompt any reading got (where it stops following the template), -1: not started
         self.furthest = -1
 
-    def readings(self) -> Iterator[tuple[list[tuple[str, str, bool]], str]]:
+    def readings(self) -> Iterator[tuple[list[_Read], str]]:
         """Every reading (messages as role, text and whether the text before opened their reasoning, and how
         the prompt ends), depth first: from the longest head, each message's text ending at the earliest place
         a glue to a next message (or the tail) follows; the places are found as the search reaches them."""
@@ -375,23 +483,24 @@ class _Reader:
         for at, _, role in starts:
             # each frame: a message being read (its role, start, whether its reasoning is open, the one before)
             # and the places its text may end, not yet tried
-            stack: list[tuple[str, int, bool, _Step | None, Iterator[_Place]]] = [
-                (role, at, False, None, self._ends(role, at))
+            stack: list[tuple[str, int, bool, _Step | None, Iterator[_Place], tuple[tuple[str, str], ...]]] = [
+                (role, at, False, None, self._ends(role, at), ())
             ]
             while stack and steps < budget:
                 steps += 1
-                role, at, opened, before, ends = stack[-1]
+                role, at, opened, before, ends, fields = stack[-1]
                 self.furthest = max(self.furthest, at)
                 found = next(ends, None)
                 if found is None:
                     stack.pop()
                     continue
-                end, length, _, following, what, opens = found
-                step = _Step(role, at, end, opened, before)
+                end, length, _, following, what, opens, slots = found
+                step = _Step(role, at, end, opened, before, fields)
                 if following is None:
                     yield self._messages(step), what
                 else:
-                    stack.append((following, end - length, opens, step, self._ends(following, end - length)))
+                    start = end - length
+                    stack.append((following, start, opens, step, self._ends(following, start), slots))
 
     def _ends(self, role: str, at: int) -> Iterator[_Place]:
         """Where the text of a ``role`` message starting at ``at`` may end (:data:`_Place`), earliest first,
@@ -401,37 +510,40 @@ class _Reader:
         for ending, tail in self.grammar.tails.get(role, ()):
             end = len(prompt) - len(tail)
             if end >= at and prompt.endswith(tail):
-                tails.append((end, -len(tail), -1, None, ending, False))
+                tails.append((end, -len(tail), -1, None, ending, False, ()))
         tails.sort(key=_order)
 
         def places(following: str, glue: str, opens: bool) -> Iterator[_Place]:
+            if _SLOT in glue:
+                for match in _pattern(glue).finditer(prompt, at):
+                    found = tuple((_SLOT_FIELDS[k], v) for k, v in match.groupdict().items())
+                    yield (match.start(), match.start() - match.end(), _RANK[following], following, glue, opens, found)
+                return
             end = prompt.find(glue, at)
             while end >= 0:
-                yield (end, -len(glue), _RANK[following], following, glue, opens)
+                yield (end, -len(glue), _RANK[following], following, glue, opens, ())
                 end = prompt.find(glue, end + 1)
 
         glues = [places(*glue) for glue in self.grammar.glues.get(role, ()) if glue[1]]  # "" says nothing
         return heapq.merge(tails, *glues, key=_order)
 
-    def _messages(self, last: _Step) -> list[tuple[str, str, bool]]:
+    def _messages(self, last: _Step) -> list[_Read]:
         out = []
         step: _Step | None = last
         while step is not None:
-            out.append((step.role, self.prompt[step.start : step.end], step.opened))
+            out.append((step.role, self.prompt[step.start : step.end], step.opened, step.fields))
             step = step.before
         out.reverse()
         return out
 
 
-def _forms(
-    reading: list[tuple[str, str, bool]], ending: str, decoders: _AssistantDecoders
-) -> Iterator[list[dict[str, Any]]]:
+def _forms(reading: list[_Read], ending: str, decoders: _AssistantDecoders) -> Iterator[list[dict[str, Any]]]:
     """The messages of a reading, most structured first: assistant texts read by the template's decoder into
     reasoning and tool calls (their text without the whitespace a template writes after reasoning, then as
     it is), then every text as it is. The last message's text stays whole when the prompt leaves it open."""
-    plain = [{"role": role, "content": text} for role, text, _ in reading]
+    plain = [{"role": role, "content": text, **dict(fields)} for role, text, _, fields in reading]
     decoded = list(plain)
-    for index, (role, text, opened) in enumerate(reading):
+    for index, (role, text, opened, _) in enumerate(reading):
         if role == "assistant" and not (ending == "open" and index == len(reading) - 1):
             decoded[index] = decoders.decode(text, opened) or plain[index]
     if decoded != plain:
