@@ -438,3 +438,29 @@ def test_without_pyarrow_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
         format_dataset(tmp_path / "in.jsonl", tmp_path / "o.parquet", tokenizer=SHARED / "tokenizers" / "qwen3")
     with pytest.raises(InputError, match="pyarrow"):
         read_summary(tmp_path / "o.parquet")
+
+
+def test_rows_kept_as_text_are_read_back_with_their_template(tmp_path: Path) -> None:
+    """A dataset of Llama 3 prompts, formatted for Qwen3: each text is read back into its messages with
+    text_template and formatted as those messages are; a text another template wrote is a bad_row reject."""
+    require_shared()
+    from chatcodec import load_template
+
+    llama3 = load_template("llama3")
+    chats = [_chat(f"Question {i}?", f"Answer {i}.") for i in range(3)]
+    rows: list[dict[str, Any]] = [{"id": f"t{i}", "text": llama3.render(chat)} for i, chat in enumerate(chats)]
+    rows[1]["text"] = load_template("chatml").render(chats[1])
+    tokenizer = SHARED / "tokenizers" / "qwen3"
+    summary = format_dataset(
+        write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.parquet", tokenizer=tokenizer,
+        text_template="llama3", workers=1,
+    )  # fmt: skip
+    out = {row["id"]: row for row in pq.read_table(tmp_path / "out.parquet").to_pylist()}
+    assert sorted(out) == ["t0", "t2"] and summary.rejected == {"bad_row": 1}
+    fmt = Formatter(tokenizer)
+    for key, chat in (("t0", chats[0]), ("t2", chats[2])):
+        expected = fmt.format({"messages": chat}, key)
+        assert out[key]["input_ids"] == expected.input_ids and out[key]["assistant_masks"] == expected.mask  # type: ignore[union-attr]
+    rejects = [json.loads(line) for line in (tmp_path / "out.rejects.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in rejects] == ["t1"]
+    assert "does not start as template 'llama3'" in json.dumps(rejects[0])

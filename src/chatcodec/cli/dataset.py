@@ -63,6 +63,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a control token inside content: plain text (escape, the default), a reject, or the token (allow)",
     )
     parser.add_argument(
+        "--text-template",
+        metavar="NAME|PATH",
+        help="rows kept as rendered text (a 'text' column, no messages) were rendered with this template: read each"
+        " back into its messages first (a text it does not render is a bad_row reject)",
+    )
+    parser.add_argument(
         "--polyfill",
         metavar="auto|NAME,...",
         help="rewrite what the template cannot render: 'auto' (what it lacks, see chatcodec inspect) or rewrites"
@@ -117,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         content_special_tokens=args.content_special_tokens,
         template_kwargs=common.variables_from(args) or None,
         polyfill=_polyfill(args.polyfill),
+        text_template=args.text_template,
     )
     if args.json:
         print(json.dumps({**summary.to_dict(), "reasons": {k: REASONS[k] for k in summary.rejected}}))

@@ -27,7 +27,7 @@ from ..polyfills import Polyfill
 from ..render import ChatTemplate
 from ..templates import load_template
 from ..tokens import Codec, ContentPolicy, load
-from .rows import RowError, to_conversation
+from .rows import RowError, _list_or_json, to_conversation
 
 __all__ = ["REASONS", "FormatOptions", "Formatted", "Formatter", "Overlong", "Rejected"]
 
@@ -62,7 +62,11 @@ class FormatOptions:
       or ``"allow"`` (transformers' behaviour);
     * ``template_kwargs``: template variables for every row (a row's ``chat_template_kwargs`` win);
     * ``polyfill``: rewrite what the template cannot render (``"auto"``, or rewrite names: see
-      :mod:`chatcodec.polyfills`); by default rows are rendered exactly, and a template error is a reject.
+      :mod:`chatcodec.polyfills`); by default rows are rendered exactly, and a template error is a reject;
+    * ``text_template``: the template (a built-in name or a template file) that rendered rows kept as text
+      alone (a ``text`` column, no messages): each is read back into its messages
+      (:func:`chatcodec.parse_conversation`) and formatted as they are; a text that template does not
+      render is a ``bad_row`` reject saying where it stops following it.
     """
 
     reasoning: bool = True
@@ -74,6 +78,7 @@ class FormatOptions:
     content_special_tokens: ContentPolicy = "escape"
     template_kwargs: Mapping[str, Any] | None = None
     polyfill: Polyfill = False
+    text_template: str | None = None
 
     def __post_init__(self) -> None:
         if self.polyfill not in (False, None, True, "auto"):
@@ -144,6 +149,7 @@ class Formatter:
             raise InputError(f"Unknown dataset option {unknown[0]!r}; the options are {known}.")
         self.options = options if options is not None else FormatOptions(**option_values)
         self._codec: Codec | None = None
+        self._text_template: ChatTemplate | None = None
         if load:
             self._codec = self.codec  # load now: a bad folder or template is reported before any work starts
         else:
@@ -155,6 +161,8 @@ class Formatter:
         load_template(self.tokenizer)
         if isinstance(self._template, str):
             load_template(self._template)
+        if self.options.text_template is not None:
+            load_template(self.options.text_template)
         folder = Path(self.tokenizer).expanduser()
         if folder.is_dir() and not (folder / "tokenizer.json").is_file():
             raise LoadError(f"{folder} has no tokenizer.json, which formatting needs for tokens.")
@@ -177,6 +185,18 @@ class Formatter:
             self._codec = codec
         return self._codec
 
+    def _read_text(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A row kept as text alone, with the messages its text is read back into (others as they are)."""
+        if not isinstance(row.get("text"), str) or any(row.get(k) is not None for k in ("messages", "conversations")):
+            return row
+        from ..unrender import parse_conversation
+
+        if self._text_template is None:
+            assert self.options.text_template is not None
+            self._text_template = load_template(self.options.text_template)
+        parsed = parse_conversation(self._text_template, row["text"], tools=_list_or_json(row.get("tools"), "tools"))
+        return {**row, "messages": parsed.messages}
+
     def __getstate__(self) -> dict[str, Any]:
         return {"tokenizer": self.tokenizer, "_template": self._template, "options": asdict(self.options)}
 
@@ -185,6 +205,7 @@ class Formatter:
         self._template = state["_template"]
         self.options = FormatOptions(**state["options"])
         self._codec = None
+        self._text_template = None
 
     def __repr__(self) -> str:
         return f"<Formatter {self.tokenizer!r} {self.options}>"
@@ -210,7 +231,7 @@ class Formatter:
 
     def _format(self, row: Mapping[str, Any], row_id: str) -> Formatted | Rejected:
         options = self.options
-        conversation = to_conversation(row)
+        conversation = to_conversation(self._read_text(row) if options.text_template is not None else row)
         if not any(m["role"] == "assistant" for m in conversation.messages):
             return Rejected(row_id, "unsupervised", "the conversation has no assistant turn to learn from")
         codec = self.codec
