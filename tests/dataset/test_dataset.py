@@ -396,6 +396,8 @@ def test_bad_arguments_are_one_line_errors(tmp_path: Path) -> None:
         ({"reasonning": False}, InputError, "Unknown dataset option 'reasonning'"),
         ({"tokenizer": tmp_path}, LoadError, "tokenizer"),
         ({"workers": 0}, InputError, "workers must be at least 1"),
+        ({"text_template": "no-such-template", "workers": 1}, LoadError, "no-such-template"),
+        ({"text_template": "no-such-template", "workers": 2}, LoadError, "no-such-template"),
     ]
     for arguments, error, message in cases:
         call: dict[str, Any] = {"source": source, "output": tmp_path / "o.parquet", "tokenizer": tokenizer}

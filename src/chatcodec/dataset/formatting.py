@@ -152,6 +152,8 @@ class Formatter:
         self._text_template: ChatTemplate | None = None
         if load:
             self._codec = self.codec  # load now: a bad folder or template is reported before any work starts
+            if self.options.text_template is not None:
+                self._text_template = load_template(self.options.text_template)
         else:
             self._check()
 
