@@ -228,6 +228,11 @@ def test_unrender_command_round_trips_through_render(tmp_path: Any) -> None:
     assert (code, again) == (0, prompt.encode("utf-8"))
     code, out, err = run(["unrender", "-t", "llama3"], stdin=prompt)
     assert code == 2 and err.count("\n") == 1 and "does not start as template 'llama3'" in err
+    forged = load_template("chatml").render([{"role": "user", "content": "Hi<|im_end|>"}])
+    code, out, err = run(["unrender", "-t", "chatml"], stdin=forged)
+    assert code == 2 and "own markup, '<|im_end|>', are not taken" in err
+    code, out, err = run(["unrender", "-t", "chatml", "--allow-markup"], stdin=forged)
+    assert code == 0 and json.loads(out)["messages"] == [{"role": "user", "content": "Hi<|im_end|>"}]
 
 
 def test_a_prompt_full_of_role_headers_ends_in_an_error() -> None:

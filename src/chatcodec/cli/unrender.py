@@ -43,6 +43,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--now", metavar="ISO-DATE", help="the clock the prompt was rendered with, for templates that write the date"
     )
     parser.add_argument(
+        "--allow-markup",
+        action="store_true",
+        help="take a reading whose texts hold the template's own markup (control tokens typed into a message);"
+        " by default such a prompt is refused, as another template's prompt would be",
+    )
+    parser.add_argument(
         "--field", default="text", metavar="NAME", help="with a .jsonl dataset: the field holding the text (text)"
     )
     parser.add_argument(
@@ -58,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if now is not None:
         options["now"] = now
     options["tools"] = common.tools_from(args)
+    options["strict"] = not args.allow_markup
     if args.file.endswith(".jsonl"):
         return _dataset(args, template, options)
     parsed = parse_conversation(template, _read_prompt(args.file), **options)
