@@ -24,7 +24,7 @@ from typing import Any
 from .exceptions import ChatcodecError, LoadError, TemplateNotFoundError
 from .render import ChatTemplate
 
-__all__ = ["BuiltinTemplate", "builtin_templates", "load_template", "special_tokens_from_config"]
+__all__ = ["BuiltinTemplate", "builtin_templates", "content_key", "load_template", "special_tokens_from_config"]
 
 #: the special tokens transformers always names (``PreTrainedTokenizerBase.SPECIAL_TOKENS_ATTRIBUTES``)
 NAMED_SPECIAL_TOKENS = (
@@ -61,6 +61,12 @@ def builtin_templates() -> dict[str, BuiltinTemplate]:
         resources.files("chatcodec").joinpath("builtin").joinpath("index.json").read_text(encoding="utf-8")
     )
     return {entry["name"]: BuiltinTemplate(**entry) for entry in index["templates"]}
+
+
+def content_key(template: ChatTemplate) -> tuple[Any, ...]:
+    """What a template renders from, as a key: its sources and special tokens. Two template objects with the
+    same key render alike, so what is learned from one (by probe renders) holds for the other."""
+    return tuple(sorted(template.sources.items())), tuple(sorted(template.special_tokens.items(), key=repr))
 
 
 def load_template(source: str | Path, *, name: str | None = None) -> ChatTemplate:

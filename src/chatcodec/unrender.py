@@ -33,9 +33,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .exceptions import ChatcodecError, InputError, PromptMismatchError
+from .decoders import decoder_for
+from .decoders.prompt import as_template
+from .exceptions import ChatcodecError, DecodeError, InputError, PromptMismatchError
 from .render import ChatTemplate
-from .templates import load_template
+from .templates import content_key
 from .vocab import common_prefix
 
 __all__ = ["ParsedConversation", "parse_conversation"]
@@ -103,7 +105,7 @@ def parse_conversation(
     >>> parsed.add_generation_prompt
     True
     """
-    chat = _template(template)
+    chat = as_template(template, InputError)
     if not isinstance(prompt, str):
         raise InputError(f"prompt must be the rendered prompt as text, not {type(prompt).__name__}.")
     for name in ("add_generation_prompt", "continue_final_message"):
@@ -115,9 +117,9 @@ def parse_conversation(
     if documents is not None:
         options["documents"] = documents
     grammar = _grammar(chat, options)
-    structure = grammar.structure(chat)
     reader = _Reader(prompt, grammar)
-    decoders = _AssistantDecoders(chat, options)
+    decoders = grammar.decoders
+    assert decoders is not None  # set when the grammar was learned
     check = _Check(chat, prompt, options)
     marked = None
     later: list[tuple[list[dict[str, Any]], str]] = []  # readings whose texts hold markup, tried last
@@ -125,7 +127,7 @@ def parse_conversation(
         if check.spent:
             break
         for messages in _forms(reading, ending, decoders):
-            found = _markup(messages, structure)
+            found = _markup(messages, grammar.structure)
             if found is not None:
                 marked = marked or found
                 if not strict and len(later) < _MAX_RENDERS:
@@ -203,6 +205,10 @@ class _Grammar:
     glues: dict[str, list[tuple[str, str, bool]]] = field(default_factory=dict)
     #: the last message's role -> (how the prompt ends, the text after it)
     tails: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    #: texts that mark the template's structure (see :meth:`mark_structure`)
+    structure: list[str] = field(default_factory=list)
+    #: the template's decoders for assistant texts (with these options' tools), kept with what was learned
+    decoders: _AssistantDecoders | None = None
 
     def add(self, roles: tuple[str, ...], opens: tuple[bool, ...], ending: str, pieces: list[str]) -> None:
         _add(self.heads.setdefault(roles[0], []), pieces[0])
@@ -210,14 +216,14 @@ class _Grammar:
             _add(self.glues.setdefault(roles[index], []), (roles[index + 1], pieces[index + 1], opens[index + 1]))
         _add(self.tails.setdefault(roles[-1], []), (ending, pieces[-1]))
 
-    def structure(self, template: ChatTemplate) -> list[str]:
-        """Texts that mark the template's structure (its special tokens, the literal text around messages,
-        whitespace aside): a reading whose message texts hold one is likely wrong, and tried last."""
+    def mark_structure(self, template: ChatTemplate) -> None:
+        """Keep the texts that mark the template's structure (its special tokens, the literal text around
+        messages, whitespace aside): a reading whose message texts hold one is likely wrong (strict)."""
         texts = {token for token in template.special_tokens.values() if isinstance(token, str)}
         texts.update(head for heads in self.heads.values() for head in heads)
         texts.update(part for glues in self.glues.values() for entry in glues for part in entry[1].split(_SLOT))
         texts.update(tail for tails in self.tails.values() for _, tail in tails)
-        return sorted({text.strip() for text in texts if len(text.strip()) >= 2})
+        self.structure = sorted({text.strip() for text in texts if len(text.strip()) >= 2})
 
 
 def _add(variants: list[Any], value: Any) -> None:
@@ -237,7 +243,7 @@ def _grammar(template: ChatTemplate, options: dict[str, Any]) -> _Grammar:
         given = json.dumps(options, sort_keys=True, default=repr)
     except (TypeError, ValueError, RecursionError):
         raise InputError("tools, documents and template variables must be plain JSON-like data.") from None
-    key = (tuple(sorted(template.sources.items())), tuple(sorted(template.special_tokens.items(), key=repr)), given)
+    key = (*content_key(template), given)
     with _LOCK:
         grammar = _GRAMMARS.get(key)
         if grammar is not None:
@@ -279,6 +285,8 @@ def _learn(template: ChatTemplate, options: dict[str, Any]) -> _Grammar:
                         grammar.add(roles, found[1], ending, found[0])
     if grammar.heads:
         _learn_tool_results(template, options, grammar)
+        grammar.mark_structure(template)
+        grammar.decoders = _AssistantDecoders(template, options)
     if not grammar.heads:
         raise PromptMismatchError(
             f"Template {template.name or 'unnamed'!r} writes no conversation of plain text messages in order"
@@ -561,7 +569,8 @@ def _forms(reading: list[_Read], ending: str, decoders: _AssistantDecoders) -> I
 
 class _AssistantDecoders:
     """An assistant message's text read by the template's own output format: its reasoning (in the text, or
-    the text in it) and tool calls as fields."""
+    the text in it) and tool calls as fields. Kept with the grammar and shared by the calls that use it (a
+    decoder keeps no state between texts)."""
 
     def __init__(self, template: ChatTemplate, options: dict[str, Any]) -> None:
         self.template = template
@@ -585,9 +594,6 @@ class _AssistantDecoders:
 
     def _decoder(self, opened: bool) -> Any:
         if opened not in self._decoders:
-            from .decoders import decoder_for
-            from .exceptions import DecodeError
-
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a template with no tool-call format: texts stay texts
                 try:
@@ -604,14 +610,6 @@ def _call(call: Any, text: str) -> dict[str, Any]:
     if call.id and call.id in text:
         out["id"] = call.id
     return out
-
-
-def _template(template: object) -> ChatTemplate:
-    if isinstance(template, ChatTemplate):
-        return template
-    if isinstance(template, str | os.PathLike):
-        return load_template(os.fspath(template))
-    raise InputError(f"template must be a ChatTemplate or a template name or path, not {type(template).__name__}.")
 
 
 def _mismatch(

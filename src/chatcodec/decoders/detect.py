@@ -33,7 +33,7 @@ from typing import Any, Literal
 from ..exceptions import ChatcodecError, DecodeError, DecodeWarning
 from ..polyfills import Polyfill, select
 from ..render import ChatTemplate
-from ..templates import builtin_templates
+from ..templates import builtin_templates, content_key
 from .catalog import CATALOG
 from .format import Decoder, Format
 from .learn import LEARN_TOOLS, from_instructions, learn, probe_windows, reads_back
@@ -127,7 +127,7 @@ def detect(template: ChatTemplate | str) -> Detection:
     chat = as_template(template)
     found = _CACHE.get(chat)
     if found is None:
-        key = (tuple(sorted(chat.sources.items())), tuple(sorted(chat.special_tokens.items(), key=repr)))
+        key = content_key(chat)
         found = _BY_CONTENT.get(key)
         if found is None:
             found = _detect(chat)

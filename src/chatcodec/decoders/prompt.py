@@ -35,8 +35,9 @@ PROMPT_SLACK = 16
 ThinkState = Literal["open", "closed"]
 
 
-def as_template(template: object) -> ChatTemplate:
-    """``template`` as a :class:`ChatTemplate`: one already, a built-in name, or a path to load.
+def as_template(template: object, error: type[ChatcodecError] = DecodeError) -> ChatTemplate:
+    """``template`` as a :class:`ChatTemplate`: one already, a built-in name, or a path to load; anything
+    else raises ``error`` (the caller's kind of mistake).
 
     >>> as_template("qwen3").name
     'qwen3'
@@ -49,9 +50,7 @@ def as_template(template: object) -> ChatTemplate:
         return template
     if isinstance(template, str | os.PathLike):
         return load_template(os.fspath(template))
-    raise DecodeError(
-        f"template must be a ChatTemplate, a built-in template name or a path, not {type(template).__name__}."
-    )
+    raise error(f"template must be a ChatTemplate, a built-in template name or a path, not {type(template).__name__}.")
 
 
 #: end-of-turn tokens a template may write itself besides the one after a final turn (Llama 3.1 ends a
