@@ -19,7 +19,7 @@ import pytest
 import chatcodec
 from chatcodec.cli import COMMANDS
 
-from . import docs_cli
+from . import docs_generated
 from .conftest import require_shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,12 +130,18 @@ def slug(heading: str) -> str:
 
 def test_the_command_line_page_matches_the_parsers() -> None:
     """docs/guide/cli.md holds a section per command, written from its parser: regenerate it with
-    ``PYTHONPATH=src .venv/bin/python -m tests.docs_cli`` after changing the command line."""
-    assert docs_cli.written() == docs_cli.reference()
-    page = docs_cli.PAGE.read_text(encoding="utf-8")
+    ``PYTHONPATH=src .venv/bin/python -m tests.docs_generated`` after changing the command line."""
+    assert docs_generated.written(docs_generated.CLI_PAGE) == docs_generated.cli_reference()
+    page = docs_generated.CLI_PAGE.read_text(encoding="utf-8")
     for name in COMMANDS:
         assert f"### `chatcodec {name}`" in page
     assert "#### `chatcodec tools schema`" in page and "#### `chatcodec tools run`" in page
+
+
+def test_the_architecture_page_matches_the_imports() -> None:
+    """docs/architecture.md's table of who imports whom is the package's import graph (same regeneration)."""
+    assert docs_generated.written(docs_generated.LAYOUT_PAGE) == docs_generated.layout_table()
+    assert "| `cli/` |" in docs_generated.LAYOUT_PAGE.read_text(encoding="utf-8")
 
 
 def test_every_public_name_has_a_docstring() -> None:
