@@ -107,6 +107,20 @@ def test_python_block_runs_on_its_own(page: Path, code: str, monkeypatch: pytest
     exec(compile(code, page_id(page), "exec"), {"__name__": "__docs__"})
 
 
+def test_the_readmes_links_lead_somewhere() -> None:
+    """mkdocs checks the site's links; the README is not part of the site, so its own are checked here: each
+    file exists, and each anchor is a heading of its page."""
+    links = re.findall(r"\]\(([^)#]+)(?:#([^)]*))?\)", README.read_text(encoding="utf-8"))
+    local = [(path, fragment) for path, fragment in links if "://" not in path]
+    assert len(local) >= 15
+    for path, fragment in local:
+        target = ROOT / path
+        assert target.is_file(), path
+        if fragment:
+            headings = re.findall(r"(?m)^#+ (.+)$", target.read_text(encoding="utf-8"))
+            assert fragment in {slug(h) for h in headings}, (path, fragment)
+
+
 def test_every_old_readme_section_has_a_home() -> None:
     """The home page's map sends each section of the old README to a page (and heading) that exists."""
     home = (DOCS / "index.md").read_text(encoding="utf-8")
