@@ -24,6 +24,7 @@ import os
 import re
 import shlex
 import threading
+import typing
 from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -161,14 +162,22 @@ class MCPServer:
 
     # --- on the sessions' loop ----------------------------------------------------------------------
 
-    def _transport(self) -> Any:
+    def _transport(self, http: Any) -> Any:
         mcp = _sdk()
         if self.url is not None:
             from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
 
-            return streamable_http_client(self.url, http_client=create_mcp_http_client(headers=self.headers))
+            return streamable_http_client(self.url, http_client=http)
         return mcp.StdioServerParameters(command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd)
+
+    def _http_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The HTTP client of a streamable HTTP session (with the headers); closed with the session, as the
+        SDK leaves a client it is given open."""
+        if self.url is None:
+            return contextlib.nullcontext()
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        return typing.cast("contextlib.AbstractAsyncContextManager[Any]", create_mcp_http_client(headers=self.headers))
 
     async def _on_message(self, message: Any) -> None:
         if getattr(message, "method", None) == "notifications/tools/list_changed":
@@ -179,14 +188,15 @@ class MCPServer:
         as the SDK's context managers want)."""
         mcp = _sdk()
         try:
-            client = mcp.Client(self._transport(), mode="legacy", message_handler=self._on_message, cache=None)
-            async with client:
-                self._client = client
-                self._exited = None
-                self.tools = await self._list(client)
-                started.set_result(None)
-                assert self._stopping is not None
-                await self._stopping.wait()
+            async with self._http_client() as http:
+                client = mcp.Client(self._transport(http), mode="legacy", message_handler=self._on_message, cache=None)
+                async with client:
+                    self._client = client
+                    self._exited = None
+                    self.tools = await self._list(client)
+                    started.set_result(None)
+                    assert self._stopping is not None
+                    await self._stopping.wait()
         except BaseException as exc:  # the opener is told; a closing session's own errors are not wanted
             if not started.done():
                 started.set_exception(exc)
@@ -345,7 +355,7 @@ def server_configs(config: Any) -> list[MCPServer]:
     """
     import json
 
-    source = "the MCP configuration"
+    source = "The MCP configuration"
     if isinstance(config, (str, os.PathLike)):
         path = Path(config)
         source = str(path)
@@ -356,9 +366,8 @@ def server_configs(config: Any) -> list[MCPServer]:
         except (ValueError, RecursionError) as exc:
             raise InputError(f"The MCP configuration {path} is not valid JSON: {exc}") from None
     if not isinstance(config, Mapping) or not isinstance(config.get("mcpServers"), Mapping):
-        raise InputError(
-            f'{source} must be an object with "mcpServers": {{name: {{"command": ...}} or {{"url": ...}}}}.'
-        )
+        shape = '{"mcpServers": {name: {"command": ...} or {"url": ...}}}'
+        raise InputError(f"{source} must be an object of the shape {shape}.")
     servers = []
     for name, entry in config["mcpServers"].items():
         where = f"{source}: mcpServers[{name!r}]"

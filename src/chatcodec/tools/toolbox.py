@@ -729,6 +729,7 @@ class Toolbox:
                 reply = _run_sync(_awaited(reply))
             calls = [(call, style) for call in loop.take_reply(reply)]
             results = _run_sync(self._execute_all(calls))
+            self._refresh()
             finished = loop.add_results(results)
             if on_round is not None:
                 on_round(finished)
@@ -757,6 +758,8 @@ class Toolbox:
             if inspect.isawaitable(reply):
                 reply = await reply
             results = await self._execute_all([(call, style) for call in loop.take_reply(reply)])
+            if self._servers:
+                await asyncio.to_thread(self._refresh)
             finished = loop.add_results(results)
             if on_round is not None:
                 outcome = on_round(finished)
