@@ -21,6 +21,7 @@ import pytest
 from chatcodec import Toolbox, tool_schema
 
 DEEP = 100_000
+TOO_DEEP = "Error: invalid arguments for echo: the arguments are nested too deeply to read."
 
 
 def tool_call(name: Any, arguments: Any = "{}", call_id: str = "c") -> dict[str, Any]:
@@ -106,14 +107,14 @@ def test_calls_that_cannot_be_read_are_error_results(box: Toolbox, raw: Any, con
 )
 def test_arguments_nested_100k_deep_as_text(box: Toolbox, arguments: str) -> None:
     [result] = box.call_many([tool_call("echo", arguments)])
-    assert result.message["content"] == "Error: invalid arguments for echo: the arguments are nested too deeply to read."
+    assert result.message["content"] == TOO_DEEP
     assert result.arguments == arguments
 
 
 @pytest.mark.parametrize("value", [deep_list(DEEP), deep_dict(DEEP)], ids=["lists", "objects"])
 def test_arguments_nested_100k_deep_as_objects(box: Toolbox, value: Any) -> None:
     [result] = box.call_many([tool_call("echo", {"value": value})])
-    assert result.message["content"] == "Error: invalid arguments for echo: the arguments are nested too deeply to read."
+    assert result.message["content"] == TOO_DEEP
 
 
 @pytest.mark.parametrize(
