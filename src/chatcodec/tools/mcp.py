@@ -23,6 +23,8 @@ import contextlib
 import os
 import re
 import shlex
+import subprocess
+import sys
 import threading
 import typing
 from collections.abc import Coroutine, Mapping, Sequence
@@ -168,7 +170,12 @@ class MCPServer:
             from mcp.client.streamable_http import streamable_http_client
 
             return streamable_http_client(self.url, http_client=http)
-        return mcp.StdioServerParameters(command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd)
+        from mcp.client.stdio import stdio_client
+
+        parameters = mcp.StdioServerParameters(
+            command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd
+        )
+        return stdio_client(parameters, errlog=_errlog())
 
     def _http_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """The HTTP client of a streamable HTTP session (with the headers); closed with the session, as the
@@ -308,6 +315,18 @@ class MCPServer:
         finally:
             if restarting.done() and self._restarting is restarting:
                 self._restarting = None
+
+
+def _errlog() -> Any:
+    """Where a child's stderr goes: ours, or the process's own when ours is not a file (captured output,
+    a notebook), else nowhere."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None and stream.fileno() >= 0:
+                return stream
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
+            continue
+    return subprocess.DEVNULL
 
 
 def _reason(exc: BaseException) -> str:

@@ -396,7 +396,10 @@ class Toolbox:
         """
         from .mcp import MCPServer, default_label
 
-        argv = shlex.split(command) if isinstance(command, str) else command
+        try:
+            argv = shlex.split(command) if isinstance(command, str) else command
+        except ValueError as exc:  # an unclosed quote
+            raise InputError(f"The MCP server command {command!r} cannot be split into arguments: {exc}.") from None
         server = MCPServer(name or default_label(argv, url), command=argv, env=env, cwd=cwd, url=url, headers=headers)
         before = set(self._tools)
         self._open([server])
