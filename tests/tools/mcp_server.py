@@ -58,6 +58,12 @@ def pid() -> int:
 
 
 @server.tool()
+def header(name: str, ctx: Context) -> str:
+    """The value of a request header (over HTTP; empty over stdio)."""
+    return (ctx.headers or {}).get(name.lower(), "")
+
+
+@server.tool()
 async def grow(ctx: Context) -> str:
     """Add a tool named extra and tell the client that the list changed."""
 

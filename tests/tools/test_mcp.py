@@ -9,6 +9,7 @@ descriptor behind. The run on the embedded model is in test_mcp_end_to_end.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -26,7 +27,7 @@ from chatcodec import InputError, Toolbox, ToolServerError
 
 SERVER = Path(__file__).with_name("mcp_server.py")
 STDIO = [sys.executable, str(SERVER)]
-TOOLS = ["echo", "add", "fail", "hang", "die", "pid", "grow"]
+TOOLS = ["echo", "add", "fail", "hang", "die", "pid", "header", "grow"]
 #: generous: a child that imports the mcp SDK takes seconds on a loaded machine
 TIMEOUT = 120.0
 
@@ -389,3 +390,50 @@ def test_a_changed_tool_list_is_listed_again_between_rounds() -> None:
             '{"result": "grown"}',
             '{"result": "extra"}',
         ]
+
+
+def test_headers_go_with_every_http_request(http_server: HTTPServer) -> None:
+    with Toolbox(timeout=TIMEOUT) as box:
+        box.add_mcp(url=http_server.url, headers={"X-Chatcodec-Test": "tea"})
+        for _ in range(2):
+            assert box.call(call("header", {"name": "X-Chatcodec-Test"}))["content"] == '{"result": "tea"}'
+
+
+def test_the_async_api_with_async_with(http_server: HTTPServer) -> None:
+    class AsyncScripted(Scripted):
+        async def create(self, **request: Any) -> dict[str, Any]:  # type: ignore[override]
+            return super().create(**request)
+
+    async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with Toolbox(timeout=TIMEOUT) as box:
+            box.add_mcp(url=http_server.url, name="http")
+            client = AsyncScripted(calls(call("add", {"a": 1, "b": 2}, "a")), {"content": "3"})
+            transcript = await box.arun(client, [{"role": "user", "content": "add"}], model="m")
+            direct = await box.acall(call("echo", {"text": "x"}))
+            return transcript, [direct]
+
+    transcript, [direct] = asyncio.run(main())
+    assert transcript[2] == {"role": "tool", "tool_call_id": "a", "content": '{"sum": 3}'}
+    assert transcript[-1]["content"] == "3"
+    assert direct["content"] == '{"result": "http: x"}'
+
+
+def test_a_toolbox_left_open_is_closed_at_exit() -> None:
+    program = (
+        "import json, sys\n"
+        "from chatcodec import Toolbox\n"
+        "box = Toolbox(timeout=120)\n"
+        f"box.add_mcp({STDIO!r})\n"
+        "answer = box.call({'id': 'p', 'function': {'name': 'pid', 'arguments': '{}'}})\n"
+        "print(json.loads(answer['content'])['result'])\n"
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": src},
+    )
+    assert done.returncode == 0, done.stderr
+    assert gone(int(done.stdout.strip()))

@@ -45,6 +45,7 @@ as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, so the content is 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import contextlib
@@ -61,6 +62,7 @@ import shlex
 import threading
 import time
 import typing
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
@@ -441,6 +443,7 @@ class Toolbox:
             return
         if self._thread is None:
             self._thread = MCPThread()
+            _OPEN.add(self)
 
         async def start_all() -> list[BaseException]:
             outcomes = await asyncio.gather(*(server.start() for server in servers), return_exceptions=True)
@@ -491,6 +494,7 @@ class Toolbox:
 
     def close(self) -> None:
         """Close the MCP sessions (their child processes exit) and remove their tools. Idempotent."""
+        _OPEN.discard(self)
         thread, self._thread = self._thread, None
         servers, self._servers = self._servers, []
         if thread is not None:
@@ -958,6 +962,16 @@ class _Loop:
             final=self.done,
         )
         return finished
+
+
+#: toolboxes with open MCP sessions: closed at exit, so that their servers stop as the protocol says
+_OPEN: weakref.WeakSet[Toolbox] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_toolboxes() -> None:
+    for toolbox in list(_OPEN):
+        toolbox.close()
 
 
 def _openai_name(text: str) -> str:
