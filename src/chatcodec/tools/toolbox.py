@@ -993,7 +993,7 @@ def _mcp_tool(
     }
     try:
         validator = _validator(name, parameters)
-    except SchemaError as exc:  # the server's schema: each call says why it cannot be checked
+    except (SchemaError, RecursionError, TypeError, ValueError) as exc:  # the server's: each call says why
         validator = _Unusable(exc)
     original = listed["name"]
 
