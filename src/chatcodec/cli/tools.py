@@ -222,6 +222,7 @@ def _run_loop(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _run_with(args: argparse.Namespace, out: IO[str], messages: list[dict[str, Any]], toolbox: Toolbox) -> int:
+    """The loop and its transcript, while the toolbox (and its MCP servers) is open."""
     client, model = _server(args) if args.url is not None else _embedded(args)
     params = {
         key: value
