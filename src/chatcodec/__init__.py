@@ -32,6 +32,7 @@ from .exceptions import TemplateNotFoundError as TemplateNotFoundError
 from .exceptions import TemplateRaisedError as TemplateRaisedError
 from .exceptions import TemplateRuntimeError as TemplateRuntimeError
 from .exceptions import TemplateSyntaxError as TemplateSyntaxError
+from .exceptions import ToolServerError as ToolServerError
 from .history import History as History
 from .limits import Limits as Limits
 from .render import ChatTemplate as ChatTemplate
@@ -124,6 +125,7 @@ __all__ = [
     "TextTokenizer",
     "ToolCall",
     "ToolCallDelta",
+    "ToolServerError",
     "Toolbox",
     "apply_chat_template",
     "builtin_templates",

@@ -17,8 +17,9 @@ One base class, so callers can catch everything chatcodec reports with one ``exc
     ├── LoadError                   a template or tokenizer file is missing, unreadable or malformed
     │   └── TemplateNotFoundError   no template under that name or in that place
     ├── DecodeError                 a decoder was asked for with options it cannot honour
-    └── BackendError                a completion backend is unreachable, failed, or answered nonsense
-        └── BackendTimeoutError     a completion backend did not answer in time
+    ├── BackendError                a completion backend is unreachable, failed, or answered nonsense
+    │   └── BackendTimeoutError     a completion backend did not answer in time
+    └── ToolServerError             an MCP server for a Toolbox could not be started, reached or listed
 
 ``InputError``, ``SchemaError``, ``LoadError`` and ``DecodeError`` also derive from ``ValueError``,
 so code written against transformers' ``ValueError`` keeps working.
@@ -48,6 +49,7 @@ __all__ = [
     "TemplateRaisedError",
     "TemplateRuntimeError",
     "TemplateSyntaxError",
+    "ToolServerError",
 ]
 
 
@@ -173,3 +175,10 @@ class BackendError(ChatcodecError):
 
 class BackendTimeoutError(BackendError):
     """A completion backend did not answer, or stopped answering, within its timeout."""
+
+
+class ToolServerError(ChatcodecError):
+    """An MCP server for a :class:`~chatcodec.Toolbox` could not be started, reached or listed.
+
+    Raised while the server is added; once it is in, its failures are the ``Error: ...`` results of calls.
+    """

@@ -61,7 +61,7 @@ def test_schema_of_an_importable_module(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["tools"], "Say what to do: chatcodec tools schema ... or chatcodec tools run ..."),
+        (["tools"], "Say what to do: chatcodec tools schema ..., chatcodec tools list ... or chatcodec tools run ..."),
         (["tools", "schema", "no/such/file.py"], "Python file no/such/file.py does not exist"),
         (["tools", "schema", "no_such_module_xyz"], "No Python file or module 'no_such_module_xyz'"),
         (["tools", "schema", f"{EXAMPLE}:nope"], "has no function 'nope' (its functions: get_current_temperature,"),

@@ -1,11 +1,15 @@
-"""``chatcodec tools``: tool schemas from Python functions, and the function-calling loop.
+"""``chatcodec tools``: tool schemas from Python functions, MCP servers' tools, and the function-calling loop.
 
 chatcodec tools schema examples/temperature.py:get_current_temperature
 chatcodec tools run examples/temperature.py --url http://127.0.0.1:8000/v1 --prompt "How warm is it in Paris?"
 chatcodec tools run examples/temperature.py --prompt "How warm is it in Paris?"    # the embedded model, no server
+chatcodec tools run --mcp "python examples/temperature_mcp.py serve" --prompt "How warm is it in Paris?"
+chatcodec tools list --mcp-config mcp.json examples/temperature.py
 
 Functions are named as ``FILE.py:NAME[,NAME...]`` or ``package.module:NAME``; a file or module alone
-means the functions listed in its ``TOOLS``, or else every public function it defines.
+means the functions listed in its ``TOOLS``, or else every public function it defines. MCP servers come
+from ``--mcp COMMAND`` (stdio), ``--mcp-url URL`` (streamable HTTP) and ``--mcp-config FILE``
+(``{"mcpServers": {...}}``, Qwen-Agent's and Claude Desktop's shape), as many as wanted, beside functions.
 """
 
 from __future__ import annotations
@@ -47,20 +51,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--legacy", action="store_true", help="print the legacy 'functions' form (name, description, parameters)"
     )
 
+    listing = actions.add_parser("list", help="print the tools of MCP servers and Python functions, with schemas")
+    listing.description = (
+        "Start the MCP servers, list their tools and print every tool as the model gets it: the OpenAI tools"
+        " list (names prefixed with the server's label only where two tools clash), or --legacy's functions."
+    )
+    listing.add_argument(
+        "functions", nargs="?", metavar="FUNCTIONS", help="FILE.py[:NAME,...] or package.module[:NAME,...]"
+    )
+    listing.add_argument(
+        "--legacy", action="store_true", help="print the legacy 'functions' form (name, description, parameters)"
+    )
+    _add_mcp_options(listing)
+
     loop = actions.add_parser("run", help="run the function-calling loop against a server or the embedded model")
     loop.description = (
-        "Ask a model, run the tool calls it makes with the given functions, feed the results back, until it"
-        " answers; print the transcript. The model is an OpenAI-compatible server (--url), or without --url a"
-        " GGUF model in this process (the embedded SmolLM2-135M-Instruct unless --model names one): the"
-        " server's own pipeline, without HTTP."
+        "Ask a model, run the tool calls it makes with the given functions and MCP servers' tools, feed the"
+        " results back, until it answers; print the transcript. The model is an OpenAI-compatible server"
+        " (--url), or without --url a GGUF model in this process (the embedded SmolLM2-135M-Instruct unless"
+        " --model names one): the server's own pipeline, without HTTP. A tool's failure, timeout or a server"
+        " that exits is an 'Error: ...' result the model reads."
     )
-    loop.add_argument("functions", metavar="FUNCTIONS", help="FILE.py[:NAME,...] or package.module[:NAME,...]")
+    loop.add_argument(
+        "functions",
+        nargs="?",
+        metavar="FUNCTIONS",
+        help="FILE.py[:NAME,...] or package.module[:NAME,...] (may be left out with --mcp, --mcp-url or --mcp-config)",
+    )
     loop.add_argument(
         "file",
         nargs="?",
         metavar="FILE",
         help="JSON file with a list of messages or a request body with 'messages'; - for stdin (or use --prompt)",
     )
+    _add_mcp_options(loop)
     loop.add_argument("--prompt", "-p", metavar="TEXT", help="the user's message, instead of FILE")
     loop.add_argument(
         "--url", metavar="URL", help="the server's OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)"
@@ -94,6 +118,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_mcp_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("MCP servers")
+    group.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="COMMAND",
+        help='an MCP server to run as a child over stdio, e.g. "python server.py" (split as a shell does; repeatable)',
+    )
+    group.add_argument(
+        "--mcp-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a streamable HTTP MCP server, e.g. http://127.0.0.1:8765/mcp (repeatable)",
+    )
+    group.add_argument(
+        "--mcp-header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="an HTTP header for every --mcp-url server, e.g. 'Authorization: Bearer TOKEN' (repeatable)",
+    )
+    group.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help='a JSON file {"mcpServers": {label: {"command", "args", "env", "cwd"} or {"url", "headers"}}}',
+    )
+
+
 def run(args: argparse.Namespace, stdout: IO[str] | None = None) -> int:
     out = stdout or sys.stdout
     if args.action == "schema":
@@ -106,7 +160,50 @@ def run(args: argparse.Namespace, stdout: IO[str] | None = None) -> int:
         return 0
     if args.action == "run":
         return _run_loop(args, out)
-    raise InputError("Say what to do: chatcodec tools schema ... or chatcodec tools run ... (see --help)")
+    if args.action == "list":
+        with _toolbox(args, timeout=None) as toolbox:
+            value = toolbox.functions if args.legacy else toolbox.tools
+        out.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+        return 0
+    raise InputError(
+        "Say what to do: chatcodec tools schema ..., chatcodec tools list ... or chatcodec tools run ... (see --help)"
+    )
+
+
+def _has_mcp(args: argparse.Namespace) -> bool:
+    return bool(args.mcp or args.mcp_url or args.mcp_config)
+
+
+def _toolbox(args: argparse.Namespace, timeout: float | None) -> Toolbox:
+    """The Python functions and the MCP servers the arguments name, in one toolbox (its servers started)."""
+    if not args.functions and not _has_mcp(args):
+        raise InputError("Name the tools: FUNCTIONS (FILE.py[:NAME,...]), --mcp, --mcp-url or --mcp-config")
+    headers = {}
+    for header in args.mcp_header:
+        name, colon, value = header.partition(":")
+        if not colon or not name.strip():
+            raise InputError(f"--mcp-header takes NAME:VALUE, not {header!r}")
+        headers[name.strip()] = value.strip()
+    if headers and not args.mcp_url:
+        raise InputError("--mcp-header is sent to --mcp-url servers; give one")
+    functions = load_functions(args.functions) if args.functions else []
+    count = len(args.mcp) + len(args.mcp_url) + (1 if args.mcp_config else 0)
+    if count:
+        print(f"chatcodec: starting {'the MCP server' if count == 1 else 'the MCP servers'} ...", file=sys.stderr)
+    toolbox = Toolbox.from_mcp_config(args.mcp_config, functions, timeout=timeout) if args.mcp_config else None
+    toolbox = toolbox or Toolbox(functions, timeout=timeout)
+    try:
+        for command in args.mcp:
+            toolbox.add_mcp(command)
+        for url in args.mcp_url:
+            toolbox.add_mcp(url=url, headers=headers or None)
+    except BaseException:
+        toolbox.close()
+        raise
+    if count:
+        remote = [tool["function"]["name"] for tool in toolbox.tools][len(functions) :]
+        print(f"chatcodec: {len(remote)} tools from MCP: {', '.join(remote) or 'none'}", file=sys.stderr)
+    return toolbox
 
 
 # --- the loop ------------------------------------------------------------------------------------------
@@ -117,8 +214,15 @@ def _run_loop(args: argparse.Namespace, out: IO[str]) -> int:
         raise InputError(f"--max-rounds must be at least 1, not {args.max_rounds}")
     if args.call_timeout <= 0:
         raise InputError(f"--call-timeout must be a positive number of seconds, not {args.call_timeout}")
+    if _has_mcp(args) and args.file is None and args.functions and _is_conversation(args.functions):
+        args.file, args.functions = args.functions, None  # `tools run --mcp CMD chat.json`
     messages = _messages(args)
-    toolbox = Toolbox(load_functions(args.functions), timeout=args.call_timeout)
+    with _toolbox(args, timeout=args.call_timeout) as toolbox:
+        return _run_with(args, out, messages, toolbox)
+
+
+def _run_with(args: argparse.Namespace, out: IO[str], messages: list[dict[str, Any]], toolbox: Toolbox) -> int:
+    """The loop and its transcript, while the toolbox (and its MCP servers) is open."""
     client, model = _server(args) if args.url is not None else _embedded(args)
     params = {
         key: value
@@ -142,6 +246,11 @@ def _run_loop(args: argparse.Namespace, out: IO[str]) -> int:
     else:
         out.write(json.dumps(transcript, ensure_ascii=False, indent=2) + "\n")
     return 0
+
+
+def _is_conversation(spec: str) -> bool:
+    """A FILE argument in the FUNCTIONS place: stdin, or a JSON file."""
+    return spec == "-" or spec.lower().endswith(".json")
 
 
 def _messages(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -225,7 +334,10 @@ def _progress(finished: Round) -> None:
 
 
 def _short(arguments: Any, limit: int = 80) -> str:
-    text = json.dumps(arguments, ensure_ascii=False) if not isinstance(arguments, str) else arguments
+    try:
+        text = json.dumps(arguments, ensure_ascii=False) if not isinstance(arguments, str) else arguments
+    except (TypeError, ValueError, RecursionError):  # what the model wrote, however deep or odd
+        text = f"<{type(arguments).__name__}>"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

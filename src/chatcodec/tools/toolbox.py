@@ -1,4 +1,4 @@
-"""Python functions as tools: their schemas, their safe execution, and the function-calling loop.
+"""The Toolbox: Python functions as tools, their schemas, their safe execution, and the function-calling loop.
 
 :func:`tool_schema` turns a function into the OpenAI tool dict, with transformers' ``get_json_schema``
 semantics (Google docstring, type hints; pydantic models as parameter types become their JSON schema).
@@ -28,14 +28,26 @@ A call that cannot run comes back as an error result for the model to read, neve
 'location' is a required property."}
 
 :meth:`Toolbox.run` is the loop: ask the model, run its calls, append the results, until it answers.
-Calls of one round run concurrently; synchronous functions run on threads, coroutine functions on the
-event loop. A call that overruns ``timeout`` is reported to the model as timed out; the thread of a
+Calls of one round run concurrently, each tool on a thread of its own; a coroutine function runs on
+an event loop of that thread, so that one which blocks (``time.sleep`` in an ``async def``) still times
+out and stalls no other call (objects bound to another event loop cannot be shared with it). A call that
+overruns ``timeout`` is reported to the model as timed out: a coroutine is cancelled, the thread of a
 synchronous function cannot be stopped and finishes in the background.
+
+The call path is total: whatever a model writes or a tool does becomes a result. A call that is a string,
+has no name or gives ``function`` as a string; arguments or results nested too deeply; a schema that
+cannot be applied (an unresolvable ``$ref``); a tool that raises ``SystemExit``, ``CancelledError`` or
+any other exception: each is an ``Error: ...`` result. A ``KeyboardInterrupt`` raised in a tool is
+raised again, so that Ctrl-C still stops the program. NaN and the infinities in a result are written
+as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, so the content is always valid JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import collections
+import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
@@ -43,15 +55,23 @@ import datetime
 import enum
 import inspect
 import json
+import math
+import os
 import re
+import shlex
 import threading
 import time
 import typing
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
-from .exceptions import ChatcodecError, InputError, SchemaError
-from .schema import JsonSchema, function_schema, parse_google_docstring, type_hint_schema
+from ..exceptions import ChatcodecError, InputError, LoadError, SchemaError
+from ..schema import JsonSchema, function_schema, parse_google_docstring, type_hint_schema
+from .mcp import ToolFailure
+
+if typing.TYPE_CHECKING:
+    from .mcp import MCPServer, MCPThread
 
 __all__ = ["LocalClient", "Round", "ToolResult", "Toolbox", "tool_schema"]
 
@@ -263,6 +283,8 @@ class _Tool:
     hints: dict[str, Any]
     signature: inspect.Signature | None
     is_async: bool
+    #: the MCP server that runs this tool (``function`` then returns a concurrent Future); None for Python
+    server: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,20 +295,30 @@ class _Call:
     name: str
     arguments: Any  # a dict when the arguments parsed, else what arrived
     problem: str | None  # why the arguments cannot be used, if they cannot
+    text: str = ""  # the arguments as the JSON text the transcript keeps
+    unreadable: str | None = None  # why the call itself cannot be read (no name, not a call at all)
 
 
 class Toolbox:
-    """Python functions a model can call, with their schemas; runs calls and the calling loop.
+    """Tools a model can call, with their schemas; runs calls and the calling loop.
 
+    The tools are Python functions (:meth:`add`) and the tools of MCP servers (:meth:`add_mcp`,
+    :meth:`from_mcp_config`), behind one call path: validation against the schema, the timeout,
+    concurrency within a round, and every failure as an ``Error: ...`` result.
     ``functions`` are added as with :meth:`add`. ``timeout`` bounds each call in seconds (``None``
     for no bound). Arguments are validated against the schema with jsonschema (the ``tools`` extra).
+    A toolbox with MCP servers holds their sessions until :meth:`close` (or the end of a ``with`` or
+    ``async with`` block).
     """
 
     def __init__(self, functions: Iterable[Callable[..., Any]] = (), *, timeout: float | None = 30.0) -> None:
         if timeout is not None and not timeout > 0:
             raise InputError(f"timeout must be a positive number of seconds or None, not {timeout!r}.")
         self.timeout = timeout
-        self._tools: dict[str, _Tool] = {}
+        self._tools: dict[str, _Tool] = {}  # every tool under the name the model sees
+        self._functions: dict[str, _Tool] = {}  # the Python functions
+        self._servers: list[MCPServer] = []
+        self._thread: MCPThread | None = None
         for function in functions:
             self.add(function)
 
@@ -321,7 +353,7 @@ class Toolbox:
                 f"The tool name {tool_name!r} is not one the OpenAI API accepts: use 1 to 64 letters, digits,"
                 " '_' or '-' (pass name= to rename it)."
             )
-        if tool_name in self._tools:
+        if tool_name in self._functions:
             raise SchemaError(f"This toolbox already has a tool named {tool_name!r}.")
         try:
             hints = typing.get_type_hints(function)
@@ -331,7 +363,7 @@ class Toolbox:
             signature: inspect.Signature | None = inspect.signature(function)
         except (TypeError, ValueError):
             signature = None
-        self._tools[tool_name] = _Tool(
+        self._functions[tool_name] = _Tool(
             name=tool_name,
             function=function,
             schema=tool,
@@ -340,6 +372,156 @@ class Toolbox:
             signature=signature,
             is_async=_is_coroutine_function(function),
         )
+        self._rebuild()
+
+    def add_mcp(
+        self,
+        command: str | Sequence[str] | None = None,
+        *,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+    ) -> list[str]:
+        """Start an MCP server, list its tools and add them; the names the model sees them under.
+
+        ``command`` (a list, or a string split as a shell would) runs the server as a child process
+        over stdio, with ``env`` added to the SDK's minimal default environment and ``cwd``; ``url``
+        reaches a streamable HTTP server instead, with ``headers`` on every request. ``name`` labels
+        the server (by default the script's or program's name, or the URL's host).
+
+        A tool keeps its own name unless another tool of this toolbox has it: then each MCP tool of
+        that name is called ``LABEL-NAME`` (Python functions keep theirs). Characters the OpenAI API
+        does not accept in a name become ``_``. Raises :class:`~chatcodec.tools.ToolServerError` when
+        the server cannot be started or listed.
+        """
+        from .mcp import MCPServer, default_label
+
+        try:
+            argv = shlex.split(command) if isinstance(command, str) else command
+        except ValueError as exc:  # an unclosed quote
+            raise InputError(f"The MCP server command {command!r} cannot be split into arguments: {exc}.") from None
+        server = MCPServer(name or default_label(argv, url), command=argv, env=env, cwd=cwd, url=url, headers=headers)
+        before = set(self._tools)
+        self._open([server])
+        return [
+            tool_name for tool_name, tool in self._tools.items() if tool.server is server or tool_name not in before
+        ]
+
+    @classmethod
+    def from_mcp_config(
+        cls,
+        config: Mapping[str, Any] | str | os.PathLike[str],
+        functions: Iterable[Callable[..., Any]] = (),
+        *,
+        timeout: float | None = 30.0,
+    ) -> Toolbox:
+        """A toolbox with the servers of an ``{"mcpServers": {label: {...}}}`` configuration.
+
+        It is Qwen-Agent's and Claude Desktop's shape, as a dict or a JSON file: each entry has
+        ``command``, ``args``, ``env`` and ``cwd``, or ``url`` and ``headers`` (``"type":
+        "streamable-http"``). The servers start together; if one fails, none is left running.
+        ``functions`` are added too.
+        """
+        from .mcp import server_configs
+
+        toolbox = cls(functions, timeout=timeout)
+        toolbox._open(server_configs(config))
+        return toolbox
+
+    def _open(self, servers: Sequence[MCPServer]) -> None:
+        """Start ``servers`` together and add their tools; on any failure, stop them all and raise."""
+        from .mcp import MCPThread
+
+        labels = [server.label for server in self._servers]
+        for server in servers:
+            if server.label in labels:
+                raise InputError(f"This toolbox already has an MCP server labelled {server.label!r}: pass name=.")
+            labels.append(server.label)
+        if not servers:
+            return
+        if self._thread is None:
+            self._thread = MCPThread()
+            _OPEN.add(self)
+
+        async def start_all() -> list[BaseException]:
+            outcomes = await asyncio.gather(*(server.start() for server in servers), return_exceptions=True)
+            failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+            if failed:
+                await asyncio.gather(*(server.stop() for server in servers), return_exceptions=True)
+            return failed
+
+        failed = self._thread.run(start_all(), None)
+        if failed:
+            if not self._servers:
+                self.close()
+            raise failed[0]
+        self._servers.extend(servers)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Name every tool: Python functions as they are, MCP tools by their names unless they clash."""
+        tools = dict(self._functions)
+        entries = [(server, listed) for server in self._servers for listed in server.tools]
+        plain = [_openai_name(listed["name"]) for _, listed in entries]
+        counts = collections.Counter(plain)
+        for (server, listed), name in zip(entries, plain, strict=True):
+            if counts[name] > 1 or name in self._functions:
+                name = _openai_name(f"{server.label}-{listed['name']}")
+            unique, number = name, 2
+            while unique in tools:
+                suffix = f"_{number}"
+                unique, number = name[: 64 - len(suffix)] + suffix, number + 1
+            tools[unique] = _mcp_tool(unique, server, listed, self._submit)
+        self._tools = tools
+
+    def _submit(self, server: MCPServer, name: str, arguments: dict[str, Any]) -> concurrent.futures.Future[Any]:
+        if self._thread is None:
+            raise ToolFailure("the toolbox is closed")
+        return self._thread.submit(server.call(name, arguments))
+
+    def _refresh(self) -> None:
+        """List again the tools of the servers that said their list changed (between rounds)."""
+        if self._thread is None or not any(server.changed.is_set() for server in self._servers):
+            return
+
+        async def refresh_all() -> list[bool]:
+            return list(await asyncio.gather(*(server.refresh() for server in self._servers)))
+
+        if any(self._thread.run(refresh_all(), None)):
+            self._rebuild()
+
+    def close(self) -> None:
+        """Close the MCP sessions (their child processes exit) and remove their tools. Idempotent."""
+        _OPEN.discard(self)
+        thread, self._thread = self._thread, None
+        servers, self._servers = self._servers, []
+        if thread is not None:
+
+            async def stop_all() -> None:
+                await asyncio.gather(*(server.stop() for server in servers), return_exceptions=True)
+
+            with contextlib.suppress(Exception):
+                thread.run(stop_all(), None)
+            thread.stop()
+        self._rebuild()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code (the sessions close on their own thread)."""
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Toolbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Toolbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     @overload
     def tool(self, function: F, /) -> F: ...
@@ -402,15 +584,22 @@ class Toolbox:
         if isinstance(tool_calls, (str, bytes, Mapping)):
             raise InputError(f"tool_calls must be a list of tool calls, not {type(tool_calls).__name__}.")
         calls = [(_read_call(raw, index), style or _style_of(raw)) for index, raw in enumerate(tool_calls)]
+        return await self._execute_all(calls)
+
+    async def _execute_all(self, calls: Sequence[tuple[_Call, Style]]) -> list[ToolResult]:
         return list(await asyncio.gather(*(self._execute(call, how) for call, how in calls)))
 
     async def _execute(self, call: _Call, style: Style) -> ToolResult:
+        """Run one call; whatever the call or the tool holds, the outcome is a result (see :meth:`call`)."""
         started = time.perf_counter()
         exception: BaseException | None = None
-        tool = self._tools.get(call.name)
-        if tool is None:
+        tool = self._tools.get(call.name) if call.unreadable is None else None
+        kwargs: dict[str, Any] = {}
+        if call.unreadable is not None:
+            error: str | None = call.unreadable
+        elif tool is None:
             known = ", ".join(self._tools) or "none"
-            error: str | None = f"unknown function {call.name!r}; the functions are: {known}"
+            error = f"unknown function {call.name!r}; the functions are: {known}"
         else:
             error, kwargs = self._arguments(tool, call)
         content = ""
@@ -419,17 +608,25 @@ class Toolbox:
                 value = await self._invoke(tool, kwargs)
             except asyncio.TimeoutError:
                 error = f"{tool.name} did not finish within {self.timeout:g} seconds"
+            except ToolFailure as exc:  # an MCP tool's own error, or its server's
+                error = f"{tool.name} failed: {exc}"
+            except _Escaped as escaped:  # SystemExit, CancelledError, ... raised by the tool itself
+                if isinstance(escaped.exception, KeyboardInterrupt):
+                    raise escaped.exception from None
+                exception = escaped.exception
+                error = f"{tool.name} raised {type(exception).__name__}: {exception}"
             except Exception as exc:  # the model is told; the caller finds it in the result
                 exception = exc
                 error = f"{tool.name} raised {type(exc).__name__}: {exc}"
             else:
                 try:
-                    content = (
-                        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=_jsonable)
-                    )
+                    content = _result_text(value)
                 except (TypeError, ValueError) as exc:
                     exception = exc
                     error = f"{tool.name} returned a {type(value).__name__}, which cannot be written as JSON ({exc})"
+                except RecursionError as exc:
+                    exception = exc
+                    error = f"{tool.name} returned a {type(value).__name__} nested too deeply to write as JSON"
         if error is not None:
             content = f"Error: {error}."
         return ToolResult(
@@ -447,11 +644,19 @@ class Toolbox:
         if call.problem is not None:
             return prefix + call.problem, {}
         arguments: dict[str, Any] = call.arguments
-        errors = sorted(tool.validator.iter_errors(arguments), key=lambda e: (list(e.absolute_path), e.message))
+        try:
+            errors = sorted(tool.validator.iter_errors(arguments), key=lambda e: (list(e.absolute_path), e.message))
+        except RecursionError:
+            return prefix + "they are nested too deeply to check", {}
+        except Exception as exc:  # a schema that cannot be applied: an unresolvable $ref, say
+            reason = _first_line(str(getattr(exc, "message", None) or exc))[:300]
+            return f"the parameters schema of {tool.name} cannot be used ({type(exc).__name__}: {reason})", {}
         if errors:
             best = errors[0]
             where = "".join(f"[{part!r}]" for part in best.absolute_path)
             return prefix + (f"at {where}: " if where else "") + best.message, {}
+        if tool.server is not None:  # an MCP tool takes the arguments as they are
+            return None, arguments
         if tool.signature is not None:
             try:
                 tool.signature.bind(**arguments)
@@ -461,13 +666,14 @@ class Toolbox:
             return None, {key: _convert(value, tool.hints.get(key, Any)) for key, value in arguments.items()}
         except (TypeError, ValueError) as exc:  # an Enum or pydantic model refused the value
             return prefix + _first_line(str(exc)), {}
+        except RecursionError:
+            return prefix + "they are nested too deeply to convert", {}
 
     async def _invoke(self, tool: _Tool, kwargs: dict[str, Any]) -> Any:
         async def invoke() -> Any:
-            value = await tool.function(**kwargs) if tool.is_async else await _in_thread(tool.function, kwargs)
-            while inspect.isawaitable(value):  # a sync wrapper around a coroutine function
-                value = await value
-            return value
+            if tool.server is not None:
+                return await _remote(tool.function(**kwargs))
+            return await _in_thread(tool.function, kwargs)
 
         return await asyncio.wait_for(invoke(), self.timeout)
 
@@ -528,7 +734,9 @@ class Toolbox:
             reply = create(**request)
             if inspect.isawaitable(reply):  # an async client that did not look like one
                 reply = _run_sync(_awaited(reply))
-            results = self.call_many(loop.take_reply(reply), style=style)
+            calls = [(call, style) for call in loop.take_reply(reply)]
+            results = _run_sync(self._execute_all(calls))
+            self._refresh()
             finished = loop.add_results(results)
             if on_round is not None:
                 on_round(finished)
@@ -556,7 +764,9 @@ class Toolbox:
             reply = create(**request) if is_async else await asyncio.to_thread(create, **request)
             if inspect.isawaitable(reply):
                 reply = await reply
-            results = await self.acall_many(loop.take_reply(reply), style=style)
+            results = await self._execute_all([(call, style) for call in loop.take_reply(reply)])
+            if self._servers:
+                await asyncio.to_thread(self._refresh)
             finished = loop.add_results(results)
             if on_round is not None:
                 outcome = on_round(finished)
@@ -593,13 +803,20 @@ class LocalClient:
         polyfill: str | bool = "auto",
         tool_parser: str | None = None,
     ) -> None:
-        from .server.chat import ChatService
-        from .tokens import Codec
+        from ..tokens import Codec
 
-        if backend is None:
-            from .backends import LlamaBackend
+        try:
+            from ..server.chat import ChatService
 
-            backend = LlamaBackend()
+            if backend is None:
+                from ..backends import LlamaBackend
+
+                backend = LlamaBackend()
+        except ModuleNotFoundError as exc:  # the serve extra is not installed (or only part of it)
+            raise LoadError(
+                f"LocalClient runs the chat server's pipeline in this process, which needs the serve extra"
+                f" (no module {exc.name!r}); install it with: pip install 'chatcodec[serve]'"
+            ) from None
         codec: Codec | None
         if isinstance(template, Codec):
             codec, chat_template = template, template.template
@@ -627,8 +844,8 @@ class LocalClient:
         return f"LocalClient({self.backend.info.id!r})"
 
     async def _create(self, **request: Any) -> dict[str, Any]:
-        from .server.errors import APIError
-        from .server.protocol import parse_chat
+        from ..server.errors import APIError
+        from ..server.protocol import parse_chat
 
         if request.get("stream"):
             raise InputError("LocalClient answers whole messages: leave stream out of the request.")
@@ -711,23 +928,23 @@ class _Loop:
                 request["function_call"] = _legacy_choice(choice)
         return {**request, **self.params}
 
-    def take_reply(self, reply: Any) -> list[Any]:
+    def take_reply(self, reply: Any) -> list[_Call]:
         """Append the model's message(s) to the transcript; the calls to run."""
         message = _reply_message(reply)
-        calls = _calls_of(message, self.round)
+        entries, calls = _calls_of(message, self.round)
+        message.pop("tool_calls", None)
+        message.pop("function_call", None)
         self._assistant = message
-        if self.style == "functions" and calls:
+        if self.style == "functions" and entries:
             # Qwen-Agent's form: one assistant message per call, each with its function_call
-            base = {key: value for key, value in message.items() if key not in ("tool_calls", "function_call")}
             appended = []
-            for index, call in enumerate(calls):
-                turn: Message = dict(base) if index == 0 else {"role": "assistant", "content": ""}
-                turn["function_call"] = {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}
+            for index, entry in enumerate(entries):
+                turn: Message = dict(message) if index == 0 else {"role": "assistant", "content": ""}
+                turn["function_call"] = {"name": entry["function"]["name"], "arguments": entry["function"]["arguments"]}
                 appended.append(turn)
         else:
-            if calls:
-                message["tool_calls"] = calls
-                message.pop("function_call", None)
+            if entries:
+                message["tool_calls"] = entries
             appended = [message]
         self.transcript.extend(appended)
         self._appended = appended
@@ -745,6 +962,55 @@ class _Loop:
             final=self.done,
         )
         return finished
+
+
+#: toolboxes with open MCP sessions: closed at exit, so that their servers stop as the protocol says
+_OPEN: weakref.WeakSet[Toolbox] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_toolboxes() -> None:
+    for toolbox in list(_OPEN):
+        toolbox.close()
+
+
+def _openai_name(text: str) -> str:
+    """A tool name the OpenAI API accepts: other characters as ``_``, at most 64."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text)[:64] or "tool"
+
+
+def _mcp_tool(
+    name: str,
+    server: MCPServer,
+    listed: dict[str, Any],
+    submit: Callable[[MCPServer, str, dict[str, Any]], concurrent.futures.Future[Any]],
+) -> _Tool:
+    """An MCP server's tool as a toolbox entry: its listed schema, calls sent to its session."""
+    parameters = listed["parameters"] if isinstance(listed.get("parameters"), dict) else {"type": "object"}
+    schema: JsonSchema = {
+        "type": "function",
+        "function": {"name": name, "description": listed.get("description") or "", "parameters": parameters},
+    }
+    try:
+        validator = _validator(name, parameters)
+    except (SchemaError, RecursionError, TypeError, ValueError) as exc:  # the server's: each call says why
+        validator = _Unusable(exc)
+    original = listed["name"]
+
+    def call(**arguments: Any) -> concurrent.futures.Future[Any]:
+        return submit(server, original, arguments)
+
+    return _Tool(name, call, schema, validator, {}, None, is_async=True, server=server)
+
+
+class _Unusable:
+    """The validator of a schema jsonschema refuses: checking any arguments raises why."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def iter_errors(self, instance: Any) -> Iterable[Any]:
+        raise self.error
 
 
 # --------------------------------------------------------------------------------------------------
@@ -822,28 +1088,59 @@ def _style_of(raw: Any) -> Style:
 
 
 def _read_call(raw: Any, index: int) -> _Call:
+    """Read one tool call, whatever the model wrote; what cannot be read is said in the _Call."""
     mapping = _as_mapping(raw)
     if mapping is None:
-        raise InputError(f"Tool call {index} is a {type(raw).__name__}, not a tool call dict.")
-    function = _as_mapping(mapping.get("function")) or mapping
-    name = function.get("name")
-    if not isinstance(name, str):
-        raise InputError(f"Tool call {index} has no function name: {_first_line(repr(dict(mapping)))[:200]}")
+        return _Call(
+            None,
+            "",
+            raw,
+            None,
+            raw if isinstance(raw, str) else "",
+            f'tool call {index} is {_json_type(raw)}, not a tool call object ({{"name": ..., "arguments": {{...}}}})',
+        )
     call_id = mapping.get("id")
     call_id = call_id if isinstance(call_id, str) else None
+    function = mapping.get("function", mapping)
+    if isinstance(function, str):  # "function": "get_weather"
+        return _Call(
+            call_id,
+            "",
+            None,
+            None,
+            "",
+            f"tool call {index} gives its function as {_json_type(function)}, not an object",
+        )
+    function = _as_mapping(function) or mapping
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        return _Call(call_id, "", function.get("arguments"), None, "", f"tool call {index} has no function name")
     arguments = function.get("arguments", {})
     if mapping.get("error"):  # a decoded ToolCall the decoder could not read whole
-        return _Call(call_id, name, arguments, f"the call was malformed ({mapping['error']})")
+        text = arguments if isinstance(arguments, str) else ""
+        return _Call(call_id, name, arguments, f"the call was malformed ({mapping['error']})", text)
     if arguments is None or arguments == "":
         arguments = {}
     if isinstance(arguments, str):
+        text = arguments
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as exc:
-            return _Call(call_id, name, function.get("arguments"), f"the arguments are not valid JSON ({exc})")
+            return _Call(call_id, name, text, f"the arguments are not valid JSON ({exc})", text)
+        except RecursionError:
+            return _Call(call_id, name, text, "the arguments are nested too deeply to read", text)
+    else:
+        try:
+            text = json.dumps(arguments, ensure_ascii=False)
+        except RecursionError:
+            return _Call(call_id, name, arguments, "the arguments are nested too deeply to read", "")
+        except (TypeError, ValueError) as exc:
+            return _Call(call_id, name, arguments, f"the arguments cannot be written as JSON ({exc})", "")
     if not isinstance(arguments, dict):
-        return _Call(call_id, name, arguments, f"the arguments must be a JSON object, not {_json_type(arguments)}")
-    return _Call(call_id, name, arguments, None)
+        return _Call(
+            call_id, name, arguments, f"the arguments must be a JSON object, not {_json_type(arguments)}", text
+        )
+    return _Call(call_id, name, arguments, None, text)
 
 
 def _result_message(call: _Call, content: str, style: Style) -> Message:
@@ -864,39 +1161,61 @@ def _plain_message(message: Any, index: int) -> Message:
 
 
 def _reply_message(reply: Any) -> Message:
-    """The assistant message of a chat completion (an SDK object or a dict), as a plain dict."""
+    """The assistant message of a chat completion (an SDK object or a dict), as a plain dict.
+
+    Its calls are kept as they came (``_calls_of`` reads each one); everything else is copied as JSON,
+    and a field that cannot be copied (nested too deeply, say) is left out.
+    """
     mapping = _as_mapping(reply)
     choices = mapping.get("choices") if mapping is not None else None
-    if not choices:
-        raise ChatcodecError(f"The model's reply has no choices: {_first_line(repr(reply))[:300]}")
+    if not choices or not isinstance(choices, Sequence) or isinstance(choices, str):
+        raise ChatcodecError(f"The model's reply has no choices: {_first_line(_safe_repr(reply))[:300]}")
     first = _as_mapping(choices[0]) or {}
     message = _as_mapping(first.get("message"))
     if message is None:
-        raise ChatcodecError(f"The model's reply has no message: {_first_line(repr(reply))[:300]}")
-    plain = {
-        key: value for key, value in json.loads(json.dumps(dict(message), default=str)).items() if value is not None
-    }
+        raise ChatcodecError(f"The model's reply has no message: {_first_line(_safe_repr(reply))[:300]}")
+    plain: Message = {}
+    for key, value in dict(message).items():
+        if value is None or not isinstance(key, str):
+            continue
+        if key in ("tool_calls", "function_call"):
+            plain[key] = value
+            continue
+        try:
+            plain[key] = json.loads(json.dumps(value, default=str))
+        except (ValueError, RecursionError):
+            continue
     plain["role"] = "assistant"
     plain.setdefault("content", None)
     return plain
 
 
-def _calls_of(message: Message, round_index: int) -> list[Message]:
-    """The message's calls as ``tool_calls`` entries with string arguments and an id each."""
-    raw_calls = list(message.get("tool_calls") or [])
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deeply to show>"
+
+
+def _calls_of(message: Message, round_index: int) -> tuple[list[Message], list[_Call]]:
+    """The message's calls as ``tool_calls`` entries (string arguments, an id each), and as read for running.
+
+    Every entry the model wrote gets one, also one that cannot be read: its result then says why, under
+    the entry's id, so that the transcript stays a valid conversation.
+    """
+    raw_calls = message.get("tool_calls") or []
+    if isinstance(raw_calls, (str, bytes, Mapping)) or not isinstance(raw_calls, Sequence):
+        raw_calls = [raw_calls]
     if not raw_calls and message.get("function_call"):
         raw_calls = [{"type": "function", "function": message["function_call"]}]
-    calls = []
+    entries: list[Message] = []
+    calls: list[_Call] = []
     for index, raw in enumerate(raw_calls):
-        function = dict(raw.get("function") or {})
-        arguments = function.get("arguments", "")
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        call_id = raw.get("id") or f"call_{round_index}_{index}"
-        calls.append(
-            {"id": call_id, "type": "function", "function": {"name": function.get("name"), "arguments": arguments}}
-        )
-    return calls
+        call = _read_call(raw, index)
+        call = dataclasses.replace(call, id=call.id or f"call_{round_index}_{index}")
+        entries.append({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.text}})
+        calls.append(call)
+    return entries, calls
 
 
 def _create_method(client: Any) -> Callable[..., Any]:
@@ -987,6 +1306,36 @@ def _convert_union(value: Any, members: list[Any]) -> Any:
     return value
 
 
+def _result_text(value: Any) -> str:
+    """A tool's return value as the result's content: a string as it is, anything else as JSON.
+
+    NaN and the infinities, which JSON cannot hold, are written as the strings ``"NaN"``,
+    ``"Infinity"`` and ``"-Infinity"`` (pydantic's ``ser_json_inf_nan="strings"``), so that the text is
+    always valid JSON.
+    """
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=_jsonable, allow_nan=False)
+    except ValueError as exc:
+        if "Out of range float" not in str(exc):
+            raise
+    return json.dumps(
+        _finite(value), ensure_ascii=False, default=lambda item: _finite(_jsonable(item)), allow_nan=False
+    )
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (values and keys) written as its name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Mapping):
+        return {_finite(key): _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
 def _jsonable(value: Any) -> Any:
     """``json.dumps``'s ``default``: pydantic models, dataclasses, enums, sets, dates."""
     dump = getattr(value, "model_dump", None)
@@ -1025,35 +1374,91 @@ def _is_coroutine_function(function: Any) -> bool:
     return False
 
 
-async def _in_thread(function: Callable[..., T], kwargs: dict[str, Any]) -> T:
-    """Run a sync function on a daemon thread of its own.
+#: how long a timed-out coroutine tool is given to see its cancellation before the call is reported
+_CANCEL_GRACE = 1.0
+
+
+class _Escaped(Exception):
+    """Carries what a tool raised that is not an Exception (SystemExit, CancelledError, ...) to its result."""
+
+    def __init__(self, exception: BaseException) -> None:
+        super().__init__(repr(exception))
+        self.exception = exception
+
+
+async def _in_thread(function: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run a tool on a daemon thread of its own; a coroutine it gives runs on an event loop of that thread.
 
     Not the loop's default executor: a timed-out call may never return, and neither the loop's
-    shutdown nor the interpreter's exit should wait for it.
+    shutdown nor the interpreter's exit should wait for it. Not the caller's event loop either, for
+    coroutine tools: one that blocks (``time.sleep`` in an ``async def``) would stall every other call
+    and its own timeout. On a timeout a coroutine is cancelled and given ``_CANCEL_GRACE`` seconds to
+    finish; a synchronous function cannot be stopped and finishes in the background.
     """
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
+    finished: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
+    lock = threading.Lock()
+    state: dict[str, Any] = {"cancelled": False, "cancel": None}
 
     def deliver(result: Any, error: BaseException | None) -> None:
-        if future.done():  # cancelled: the call timed out
+        if finished.done():
             return
         if error is not None:
-            future.set_exception(error)
+            finished.set_exception(error)
         else:
-            future.set_result(result)
+            finished.set_result(result)
+
+    async def drive(value: Any) -> Any:
+        task = asyncio.current_task()
+        worker_loop = asyncio.get_running_loop()
+        with lock:
+            if state["cancelled"] and task is not None:
+                task.cancel()
+            elif task is not None:
+                state["cancel"] = lambda: worker_loop.call_soon_threadsafe(task.cancel)
+        while inspect.isawaitable(value):  # also a sync wrapper around a coroutine function
+            value = await value
+        return value
 
     def work() -> None:
         result, error = None, None
         try:
             result = context.run(function, **kwargs)
-        except BaseException as exc:  # handed to the waiting coroutine
+            if inspect.isawaitable(result):
+                result = context.run(asyncio.run, drive(result))
+        except Exception as exc:  # handed to the waiting coroutine
             error = exc
+        except BaseException as exc:  # SystemExit, CancelledError, ...: the call's result says so
+            error = _Escaped(exc)
         with contextlib.suppress(RuntimeError):  # the loop closed while the call ran: nobody waits any more
             loop.call_soon_threadsafe(deliver, result, error)
 
     threading.Thread(target=work, name=f"chatcodec-tool-{getattr(function, '__name__', 'call')}", daemon=True).start()
-    return await future
+    try:
+        return await asyncio.shield(finished)
+    except asyncio.CancelledError:
+        with lock:
+            state["cancelled"] = True
+            cancel = state["cancel"]
+        if cancel is not None:
+            with contextlib.suppress(RuntimeError):  # the coroutine's loop already closed
+                cancel()
+            with contextlib.suppress(BaseException):  # a grace period: its outcome is not wanted any more
+                await asyncio.wait_for(asyncio.shield(finished), _CANCEL_GRACE)
+        raise
+
+
+async def _remote(future: concurrent.futures.Future[Any]) -> Any:
+    """Await a call running on another thread's loop (an MCP session's); a timeout cancels it there."""
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        cancelling = getattr(task, "cancelling", None)
+        if future.cancelled() and callable(cancelling) and cancelling() == 0:  # not ours: the session's
+            raise ToolFailure("the call was cancelled by its server's session") from exc
+        raise
 
 
 async def _awaited(awaitable: Awaitable[T]) -> T:
