@@ -23,7 +23,7 @@ from .detect import detect_format as detect_format
 from .detect import response_template as response_template
 from .format import Decoder as Decoder
 from .registry import formats as formats
-from .response_template import decoder_from_response_template as decoder_from_response_template
+from .response_reader import decoder_from_response_template as decoder_from_response_template
 
 __all__ = [
     "AssistantMessage",

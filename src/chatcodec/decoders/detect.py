@@ -41,10 +41,18 @@ from .learn import LEARN_TOOLS, from_instructions, learn, probe_windows, reads_b
 from .machine import ThinkSpec
 from .prompt import PROBE_NOW, PROBE_USER, as_template, end_markers, generation_prompt, template_think_state
 from .registry import ReasoningFormat, get_format, make_decoder, with_reasoning_parser
-from .response_template import decoder_from_response_template
+from .response_reader import decoder_from_response_template
 from .response_writer import write_response_template
 
-__all__ = ["Detection", "decoder", "decoder_for", "detect", "detect_format", "response_template"]
+__all__ = [
+    "Detection",
+    "check_response_template",
+    "decoder",
+    "decoder_for",
+    "detect",
+    "detect_format",
+    "response_template",
+]
 
 PROBE_NAME = "get_weather"
 PROBE_ARGS = {"city": "Paris"}
@@ -374,7 +382,7 @@ def decoder_for(
     """The decoder for output generated from ``template``'s prompts.
 
     A template loaded with a ``response_template`` (a model folder's ``tokenizer_config.json``) is decoded by
-    it (see :func:`~chatcodec.decoders.response_template.decoder_from_response_template`). Otherwise the
+    it (see :func:`~chatcodec.decoders.response_reader.decoder_from_response_template`). Otherwise the
     format comes from :func:`detect_format`; for prompts rendered with a ``polyfill`` that put
     the tools into the system text (``tools_in_system``), it is ``generic``, which those instructions
     ask for. Unless ``thinking_forced_open`` is given, the reasoning start state comes from ``prompt``
@@ -450,8 +458,9 @@ def response_template(
         reasoning_name=name,
         sample=found.rendered,
     )
-    closed = decoder_for(chat, chat_template_kwargs=variables, thinking_forced_open=False)
-    _check(chat, written, closed, list(tools) if tools is not None else PROBE_TOOLS)
+    wrong = check_response_template(chat, written, tools)
+    if wrong is not None:
+        raise DecodeError(f"The response template written for {chat.name or 'this template'!r} is wrong: {wrong}.")
     return written
 
 
@@ -471,17 +480,27 @@ def _generation(chat: ChatTemplate, variables: Mapping[str, Any]) -> str:
     return cue.group()
 
 
-def _check(chat: ChatTemplate, written: dict[str, Any], own: Decoder, tools: list[Any]) -> None:
-    """The written template must read the template's own rendering of a call as ``own`` reads it
-    (both starting outside reasoning, as a call in a history turn is written)."""
+def check_response_template(
+    template: ChatTemplate | str, written: Mapping[str, Any], tools: Iterable[Mapping[str, Any]] | None = None
+) -> str | None:
+    """Why the response template ``written`` misreads ``template``'s own rendering of a tool call (one
+    line), or None when it reads it as chatcodec's format decoder does (both starting outside
+    reasoning, as a call in a history turn is written). A template that does not load says so."""
+    chat = as_template(template)
+    found = detect(chat)
+    own = make_decoder(found.output_format, template=chat, thinking_forced_open=False)
+    listed = list(tools) if tools is not None else PROBE_TOOLS
+    try:
+        theirs_decoder = decoder_from_response_template(written, prompt="", tools=listed)
+    except DecodeError as exc:
+        return str(exc)
     for window in _call_windows(chat):
-        theirs = decoder_from_response_template(written, prompt="", tools=tools).decode(window)
-        ours = own.decode(window)
-        got = [(c.name, c.arguments) for c in theirs.tool_calls]
-        want = [(c.name, c.arguments) for c in ours.tool_calls]
+        got = [(c.name, c.arguments) for c in theirs_decoder.decode(window).tool_calls]
+        want = [(c.name, c.arguments) for c in own.decode(window).tool_calls]
         if got != want:
-            raise DecodeError(
-                f"The response template written for {chat.name or 'this template'!r} ({own.format.name}) reads its"
-                f" rendered call {window!r} as {got}, where chatcodec reads {want}."
+            return (
+                f"the response template reads the template's own rendered call {window!r} as {got}, where"
+                f" chatcodec's {found.format} decoder reads {want}"
             )
-        return
+        return None
+    return None

@@ -323,7 +323,7 @@ def write_response_template(
         ends = [_alt(think.end)]
         ends += [rf"(?={re.escape(m)}\s*{re.escape(after)})" if after else f"(?={re.escape(m)})"
                  for m, after in think.implicit]  # fmt: skip
-        reasoning: dict[str, Any] = {"open": list(think.start)}
+        reasoning: dict[str, Any] = {"open": think.start[0] if len(think.start) == 1 else list(think.start)}
         if forced_open and not any(tag in prompt for tag in think.start):
             reasoning = {"open_pattern": rf"{_alt(think.start)}|(?=[\s\S]*?(?:{_alt(think.end)}))"}
         reasoning["close_pattern"] = rf"(?:{ends[0]})\s*" + "".join(f"|{e}" for e in ends[1:])
