@@ -277,16 +277,17 @@ class ResponseMachine(MachineBase):
             if best is not None and best[2].start() < hold:
                 is_open, field, m = best
                 self._take(m.start())
-                self.out.markup(m.group())
                 self.pos = m.end()
                 if is_open:
                     self._close()
+                    self.out.markup(m.group())
                     self.current, self.opened = field, True
                     self.captures = {k: v for k, v in m.groupdict().items() if v is not None}
                 else:
                     had = self.opened
                     self.captures.update({k: v for k, v in m.groupdict().items() if v is not None})
-                    self._close()
+                    self._close()  # a call is announced before its closing delimiter is traced
+                    self.out.markup(m.group())
                     if not had and m.start() == m.end():
                         if not final:
                             break
@@ -306,6 +307,8 @@ class ResponseMachine(MachineBase):
         if m.end() != len(self.buf):
             if delim.literals is not None:
                 return False
+            if delim.pattern.fullmatch(self.buf, m.start(), partial=True) is not None:
+                return True  # all the text from here on could be the start of a longer match: wait for it
             # Continue the text with a character that is neither a newline nor the end: a match that
             # moves or changes leaned on the edge of the text so far.
             again = delim.pattern.match(self.buf + "\x00", m.start())
