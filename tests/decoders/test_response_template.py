@@ -11,12 +11,14 @@ from every content region, of which transformers keeps the last.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chatcodec import ChatTemplate, DecodeError, lint, load_template, response_template
+from chatcodec.cli.response_template import insert_key
 from chatcodec.decoders import decoder_for, decoder_from_response_template
 from chatcodec.decoders.format import Format
 from chatcodec.decoders.registry import get_format
@@ -24,8 +26,9 @@ from chatcodec.decoders.response_reader import load_response_template
 from chatcodec.decoders.response_writer import UNSAID, write_response_template
 from chatcodec.exceptions import ChatcodecError
 
-from ..conftest import conversations, manifest, require_shared, template_source
-from .helpers import VECTORS, need_vectors, rebuild
+from ..cli.test_render import run
+from ..conftest import CORPUS, conversations, manifest, require_shared, template_source
+from .helpers import VECTORS, as_streamed, need_vectors, rebuild
 from .test_template_roundtrip import LEFT_OUT, NOW, continuation
 
 chat_parsing = pytest.importorskip("transformers.utils.chat_parsing")
@@ -197,6 +200,9 @@ def _same(name: str, template: dict[str, Any], text: str, prompt: str, tools: li
     """None when chatcodec's decoder from ``template`` reads ``text`` as transformers does, else the difference."""
     decoder = decoder_from_response_template(template, prompt=prompt, tools=tools)
     message = decoder.decode(text)  # never raises on model output
+    assert as_streamed(message, text) == rebuild(
+        _deltas(decoder, [text[: len(text) // 2], text[len(text) // 2 :]]), text
+    )
     try:
         parsed = parse_response(text, template, prefix=prompt, tools=tools)
     except ValueError:  # transformers gives up on a region that does not parse: chatcodec keeps it as invalid
@@ -309,6 +315,7 @@ def test_a_stream_gives_at_every_split_what_the_whole_decode_gives(
     decoder = decoder_from_response_template(template, prompt=prompt)
     whole = rebuild(_deltas(decoder, [text]), text)
     assert whole.calls, label
+    assert as_streamed(decoder.decode(text), text) == whole  # the one-pass whole read gives what the stream gives
     for cut in range(len(text) + 1):
         assert rebuild(_deltas(decoder, [text[:cut], text[cut:]]), text) == whole, (label, cut)
     assert rebuild(_deltas(decoder, list(text)), text) == whole, label  # a character at a time
@@ -329,6 +336,7 @@ def test_written_templates_stream_alike_at_every_split() -> None:
             decoder = decoder_from_response_template(written, prompt=prompt, tools=tools)
             whole = rebuild(_deltas(decoder, [completion]), completion)
             assert whole.calls, name
+            assert as_streamed(decoder.decode(completion), completion) == whole
             for cut in range(0, len(completion) + 1, 3):
                 assert rebuild(_deltas(decoder, [completion[:cut], completion[cut:]]), completion) == whole, (name, cut)
 
@@ -410,3 +418,69 @@ def test_a_bad_response_template_is_a_one_line_error(spec: Any, message: str) ->
     with pytest.raises(DecodeError, match=message.replace("(", r"\(")) as caught:
         load_response_template(spec)
     assert "\n" not in str(caught.value)
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+
+
+def test_write_adds_the_template_and_keeps_every_other_byte(tmp_path: Path) -> None:
+    require_shared()
+    original = (CORPUS.parent / "tokenizers" / "qwen3" / "tokenizer_config.json").read_bytes()
+    (tmp_path / "tokenizer_config.json").write_bytes(original)
+    code, out, err = run(["response-template", str(tmp_path), "--write"])
+    assert code == 0, err
+    assert out == b""
+    updated = (tmp_path / "tokenizer_config.json").read_bytes()
+    written = json.loads(updated)["response_template"]
+    assert written == response_template(load_template("qwen3"))
+    # the new file is the old one with one piece inserted: the rest is byte for byte the file's own
+    head = next(i for i, (a, b) in enumerate(zip(original, updated, strict=False)) if a != b)
+    tail = len(original) - head
+    assert updated[:head] == original[:head] and updated[len(updated) - tail :] == original[head:]
+    inserted = updated[head : len(updated) - tail].decode("utf-8")
+    assert inserted.startswith(',\n  "response_template": {')
+    assert json.loads("{" + inserted.lstrip(",") + "}")["response_template"] == written
+    chat = load_template(str(tmp_path))  # the folder now ships it: transformers' parser and decoder_for read it
+    assert chat.response_template == written
+    chat_parsing.response_templates.load_response_template(written)
+    prompt = chat.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+    text = '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call><|im_end|>'
+    assert theirs(parse_response(text, written, prefix=prompt))[0] == [("f", {"x": 1})]
+    assert decoder_for(chat).name == "response_template"
+    again = run(["response-template", str(tmp_path), "--write"])  # replaced in place: the file is unchanged
+    assert again[0] == 0 and (tmp_path / "tokenizer_config.json").read_bytes() == updated
+
+
+def test_insert_key_replaces_a_value_in_place() -> None:
+    text = '{"a": 1, "response_template": {"old": true}, "z": [1,2]}'
+    assert (
+        insert_key(text, "response_template", {"n": 1}) == '{"a": 1, "response_template": {\n  "n": 1\n}, "z": [1,2]}'
+    )
+    with pytest.raises(ChatcodecError, match="not valid JSON"):
+        insert_key('{"a": 1,, }', "b", 1)
+
+
+def test_the_command_prints_it_and_fails_in_one_line() -> None:
+    code, out, err = run(["response-template", "qwen3"])
+    assert code == 0, err
+    assert json.loads(out) == response_template("qwen3")
+    code, out, err = run(["inspect", "qwen3", "--response-template"])
+    assert code == 0 and json.loads(out) == response_template("qwen3")
+    code, _, err = run(["response-template", "qwen3", "--write"])
+    assert code == 2 and err.count("\n") == 1 and "needs a model folder with a tokenizer_config.json" in err
+    code, _, err = run(["response-template", str(Path(__file__).parent / "data" / "templates" / "python_calls.jinja")])
+    assert code == 2 and err.count("\n") == 1
+
+
+# -- the guide ---------------------------------------------------------------------------------------------------
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "response-templates.md"
+
+
+def test_the_guide_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.DOTALL)
+    assert len(blocks) >= 3
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(compile(block, str(GUIDE), "exec"), namespace)

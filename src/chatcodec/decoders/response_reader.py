@@ -26,6 +26,7 @@ The content parsers are in :mod:`.response_content`; writing one for a format is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -34,7 +35,7 @@ from typing import Any, Literal
 
 from ..exceptions import DecodeError
 from ..render import ChatTemplate
-from .base import Sink, parse_arguments
+from .base import AssistantMessage, Sink, ToolCall, new_call_id, parse_arguments
 from .format import Decoder, Format
 from .machine import MachineBase, Options, ThinkSpec
 from .prompt import as_template, generation_prompt
@@ -96,6 +97,9 @@ class ResponseTemplate:
     fields: tuple[Field, ...]
     implicit: Field | None
     anchor: Delimiter
+    #: what is watched outside every explicit region, and inside each: ``(0 open | 1 close, field, pattern, slot)``
+    idle: tuple[tuple[int, Field, Any, int], ...] = ()
+    closes: Mapping[str, tuple[tuple[int, Field, Any, int], ...]] = dataclasses.field(default_factory=dict)
 
     def tail(self, prompt: str) -> str:
         """The part of ``prompt`` after the last start anchor (all of it if there is none), as
@@ -141,7 +145,12 @@ def load_response_template(spec: Any) -> ResponseTemplate:
     anchor = _delimiter(rx, "The response template", spec, "start_anchor", "start_anchor_pattern")
     if anchor is None:
         raise DecodeError("The response template needs a start_anchor or a start_anchor_pattern.")
-    return ResponseTemplate(spec, fields, implicit[0] if implicit else None, anchor)
+    sink = implicit[0] if implicit else None
+    count = len(fields)
+    opens = [(0, f, f.open.pattern, i) for i, f in enumerate(fields) if f.open is not None]
+    closes = {f.name: ((1, f, f.close.pattern, count + i),) if f.close else () for i, f in enumerate(fields)}
+    idle = (*opens, *(closes[sink.name] if sink else ()))
+    return ResponseTemplate(spec, fields, sink, anchor, idle, closes)
 
 
 def _field(rx: Any, name: str, raw: Any) -> Field:
@@ -343,21 +352,25 @@ class ResponseMachine(MachineBase):
 
     def _calls(self, field: Field, body: str) -> None:
         out = self.out
-        try:
-            value = _transformed(field, body, self.captures)
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            out.begin_call(str(self.captures.get("name", "")), None)
-            out.raw(body)
-            out.end_call(f"the tool call does not parse with the response template: {str(exc).splitlines()[0]}")
-            return
-        items = value if isinstance(value, list) else [value]
-        for n, item in enumerate(items):
-            name, arguments, call_id, error = _call_of(item, self.params)
+        for n, (name, arguments, call_id, error) in enumerate(parsed_calls(field, body, self.captures, self.params)):
             out.begin_call(name, call_id)
             if n == 0:
                 out.raw(body)
             out.args(arguments)
             out.end_call(error)
+
+
+def parsed_calls(
+    field: Field, body: str, captures: Mapping[str, str], params: Mapping[str, Mapping[str, Any]]
+) -> list[tuple[str, str, str | None, str | None]]:
+    """Each call of a closed tool-call region: ``(name, arguments JSON, id, error)``; one invalid call
+    holding the whole region when it does not parse."""
+    try:
+        value = _transformed(field, body, captures)
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        reason = f"the tool call does not parse with the response template: {str(exc).splitlines()[0]}"
+        return [(str(captures.get("name", "")), "", None, reason)]
+    return [_call_of(item, params) for item in (value if isinstance(value, list) else [value])]
 
 
 def _transformed(field: Field, body: str, captures: Mapping[str, str]) -> Any:
@@ -405,9 +418,98 @@ def _call_of(item: Any, params: Mapping[str, Mapping[str, Any]]) -> tuple[str, s
     return name, json.dumps(arguments, ensure_ascii=False), call_id, None
 
 
-def response_format(template: ResponseTemplate, tools: Iterable[Any] | None, lead: str) -> Format:
+_UNSEEN = object()
+
+
+def read_whole(
+    rt: ResponseTemplate, params: Mapping[str, Mapping[str, Any]], text: str, extract_reasoning: bool = True
+) -> AssistantMessage:
+    """The message in a whole text: :class:`ResponseMachine`'s regions, found in one pass with nothing to
+    wait for (no partial matches), each delimiter searched again only once the text has passed its last
+    match; the whitespace rules are the stream's (:class:`~.base.Sink`)."""
+    implicit, idle, closes = rt.implicit, rt.idle, rt.closes
+    found: list[Any] = [_UNSEEN] * (2 * len(rt.fields))
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: list[tuple[str, str, str | None, str, str | None]] = []
+    captures: dict[str, str] = {}
+    groups: dict[str, str] = {}
+    current, opened, start, pos, n = implicit, False, 0, 0, len(text)
+    while True:
+        watch = idle if current is implicit else closes[current.name]  # type: ignore[union-attr]
+        best: Any = None
+        best_key = (n + 1, 0, 0)
+        for kind, field, pattern, slot in watch:
+            m = found[slot]
+            if m is _UNSEEN or (m is not None and m.start() < pos):
+                m = found[slot] = pattern.search(text, pos)
+            if m is not None:
+                key = (m.start(), m.start() - m.end(), kind)
+                if key < best_key:
+                    best_key, best = key, (kind, field, m, slot)
+        end = n if best is None else best[2].start()
+        if end > pos and current is not None:  # the text before the delimiter is the current region's
+            opened = True
+            role = current.role
+            if role == "content" or (role == "reasoning" and not extract_reasoning):
+                content.append(text[pos:end])
+            elif role == "reasoning":
+                reasoning.append(text[pos:end])
+        had = opened
+        if best is not None:
+            kind, field, m, slot = best
+            pos = m.end()
+            found[slot] = _UNSEEN  # never the same match twice
+            groups = {k: v for k, v in m.groupdict().items() if v is not None} if m.re.groupindex else {}
+            if kind == 1:
+                captures = {**captures, **groups}
+        if current is not None and opened and current.role == "calls":
+            body = text[start:end]
+            for k, (name, arguments, call_id, error) in enumerate(parsed_calls(current, body, captures, params)):
+                calls.append((name, arguments, call_id, body if k == 0 else "", error))
+        current, opened, captures = implicit, False, {}
+        if best is None or (best[0] == 1 and not had and best[2].start() == best[2].end()):
+            rest = best is not None and pos < n and implicit is not None and implicit.role != "calls"
+            if rest and implicit is not None:  # a zero-width close of nothing: the rest is the sink's
+                (content if implicit.role == "content" or not extract_reasoning else reasoning).append(text[pos:])
+            break
+        if best[0] == 0:
+            current, opened, captures, start = best[1], True, groups, pos
+    joined = "".join(content)
+    made = []
+    for index, (name, arguments, call_id, raw, error) in enumerate(calls):
+        value, _ = parse_arguments(arguments)
+        made.append(ToolCall(name, value, arguments, call_id or new_call_id(), raw, error, index))
+    return AssistantMessage(
+        joined if joined.strip() else None,
+        "".join(reasoning).strip() or None,
+        tuple(c for c in made if c.error is None),
+        tuple(c for c in made if c.error is not None),
+    )
+
+
+class ResponseDecoder(Decoder):
+    """A :class:`Decoder` for a response template: streams with :class:`ResponseMachine`, and reads a whole
+    text in one pass (:func:`read_whole`), which gives what the stream gives."""
+
+    __slots__ = ("_lead", "_params", "_rt")
+
+    def __init__(self, decoder: Decoder, rt: ResponseTemplate, params: Mapping[str, Mapping[str, Any]], lead: str):
+        super().__init__(decoder.format, decoder.options, template=decoder.template)
+        self._rt, self._params, self._lead = rt, params, lead
+
+    def decode(self, text: str | bytes) -> AssistantMessage:
+        if self.options.stops:
+            return super().decode(text)
+        if isinstance(text, bytes | bytearray):
+            text = bytes(text).decode("utf-8", "replace")
+        elif not isinstance(text, str):
+            raise DecodeError(f"decode() takes model output as str or UTF-8 bytes, not {type(text).__name__}.")
+        return read_whole(self._rt, self._params, self._lead + text, self.options.extract_reasoning)
+
+
+def response_format(template: ResponseTemplate, params: Mapping[str, Mapping[str, Any]], lead: str) -> Format:
     """A :class:`Format` that runs ``template`` (its machine starts by reading ``lead``)."""
-    params = tool_params(tools)
 
     def build(out: Sink, opts: Options, think: ThinkSpec | None) -> MachineBase:
         return ResponseMachine(out, opts, template, params, lead)
@@ -466,12 +568,13 @@ def decoder_from_response_template(
             raise DecodeError("thinking_forced_open needs a reasoning field that opens at a literal delimiter.")
         lead += opener.literals[0]
     listed = list(tools) if tools is not None else None
-    fmt = response_format(loaded, [t for t in listed or () if isinstance(t, Mapping)], lead)
-    return make_decoder(
-        fmt,
+    params = tool_params([t for t in listed or () if isinstance(t, Mapping)])
+    made = make_decoder(
+        response_format(loaded, params, lead),
         reasoning_format=reasoning_format,
         tools=listed,
         template=chat,
         stop_markers=() if stop_markers is None else stop_markers,
         thinking_forced_open=False,
     )
+    return ResponseDecoder(made, loaded, params, lead)

@@ -261,6 +261,16 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (">>>all\n",),
     ),
+    "llama4_pythonic": (
+        {
+            "open": "<|python_start|>",
+            "close_pattern": r"<\|python_end\|>\s*",
+            "content": "python-call-list",
+            "transform": _EACH,
+            "transform_each": True,
+        },
+        (),
+    ),
     "pythonic": ({}, ()),
 }
 for _alias, _owner in (("midm", "hermes"), ("nemotron_v3", "qwen3_coder"), ("magistral", "mistral_v11"),
@@ -273,8 +283,6 @@ del CALL_FIELDS["pythonic"]
 UNSAID: dict[str, str] = {
     "pythonic": "its calls are a bare Python list ('[f(x=1)]') with no marker before them: a region opens only at a"
     " delimiter, and '[' also begins ordinary text",
-    "llama4_pythonic": "its calls are a Python list whose arguments are Python literals the python-call-list parser"
-    " does not read (positional arguments, tuples)",
     "generic": "the whole answer is one JSON object whose 'response' key is the content: content parsers make tool"
     " calls of a region, never content out of JSON",
     "functionary_v3_1": "code after <|python_tag|> is a call to 'python' whose argument is the raw code: a transform"
