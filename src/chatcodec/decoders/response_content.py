@@ -95,7 +95,10 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     merge = bool(args.get("merge_duplicates"))
     out: dict[str, Any] = {}
     merged: set[str] = set()
-    for m in regex_module().finditer(args["tag_pattern"], text, flags=regex_module().DOTALL):
+    pattern = args["tag_pattern"]
+    if isinstance(pattern, str):
+        pattern = regex_module().compile(pattern, regex_module().DOTALL)
+    for m in pattern.finditer(text):
         groups = m.groupdict()
         key = groups.get("key")
         if key is None:

@@ -190,6 +190,11 @@ def _field(rx: Any, name: str, raw: Any) -> Field:
         captured = {g for d in (opener, closer) if d is not None for g in d.pattern.groupindex}
         if captured:
             raise DecodeError(f"{scope} captures {', '.join(sorted(captured))} but has no transform that uses it.")
+    if parser == "xml-inline":  # compiled once, not on every region
+        try:
+            args = {**args, "tag_pattern": rx.compile(args["tag_pattern"], rx.DOTALL)}
+        except rx.error as exc:
+            raise DecodeError(f"{scope}: the tag_pattern is not a valid regular expression: {exc}.") from None
     return Field(name, role, opener, closer, parser, args, transform, each)
 
 

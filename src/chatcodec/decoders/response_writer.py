@@ -333,7 +333,8 @@ def write_response_template(
                  for m, after in think.implicit]  # fmt: skip
         reasoning: dict[str, Any] = {"open": think.start[0] if len(think.start) == 1 else list(think.start)}
         if forced_open and not any(tag in prompt for tag in think.start):
-            reasoning = {"open_pattern": rf"{_alt(think.start)}|(?=[\s\S]*?(?:{_alt(think.end)}))"}
+            # \G: only where the parser stands (the leftmost place the lookahead holds), so a search is linear
+            reasoning = {"open_pattern": rf"{_alt(think.start)}|\G(?=[\s\S]*?(?:{_alt(think.end)}))"}
         reasoning["close_pattern"] = rf"(?:{ends[0]})\s*" + "".join(f"|{e}" for e in ends[1:])
         reasoning["content"] = "text"
         fields[reasoning_name] = reasoning
