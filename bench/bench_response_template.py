@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import sys
 import time
@@ -74,6 +75,8 @@ def main() -> int:
         for decoder, (_, _, text, _) in zip(decoders, work, strict=True):
             decoder.decode(text)
 
+    gc.collect()
+    gc.freeze()  # the setup's objects (transformers' modules, the corpus) are not walked by every collection
     timings = {}
     for label, side in (("transformers parse_response", transformers_side), ("chatcodec", chatcodec_side)):
         side()  # warm: regex caches, imports

@@ -53,7 +53,7 @@ def _json_field(open_: str, close_pattern: str, *, literal: bool, transform: Any
 
 
 _QWEN_XML = _xml_field(
-    r"(?:<tool_call>\s*)?<function=(?P<name>[^\n>]+)>",
+    r"<(?:tool_call>\s*<)?function=(?P<name>[^\n>]+)>",
     r"</function>\s*(?:</tool_call>\s*)?",
     r"<parameter=(?P<key>[^>\n]+)>\s*(?P<value>.*?)\s*</parameter>",
 )
@@ -65,7 +65,11 @@ _DS = (
     "<｜tool▁calls▁end｜>",
 )
 _DS_BEGIN, _DS_CALL, _DS_SEP, _DS_CALL_END, _DS_END = (re.escape(m) for m in _DS)
-_MISTRAL_CLOSE = r"\s*(?:(?=\[TOOL_CALLS\])|(?=</s>)|\Z)"
+# A region the text ends in closes there, so no close says "or the end" (\Z): at the edge of a stream, an
+# empty match there would hide a delimiter that has only begun to arrive.
+# Patterns start with a literal wherever they can (an optional section opener goes after the first "<"):
+# the regex module searches a pattern that begins with a literal far faster than one that begins optionally.
+_MISTRAL_CLOSE = r"(?=\[TOOL_CALLS\]|</s>)"
 _GEMMA_ARGS = {"unquoted_keys": True, "string_delims": [['<|"|>', '<|"|>']]}
 
 #: each catalog format's tool-call field, and the content markers it strips
@@ -83,7 +87,7 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "qwen3_coder": (_QWEN_XML, ()),
     "seed_oss": (
         _xml_field(
-            r"(?:<seed:tool_call>\s*)?<function=(?P<name>[^\n>]+)>",
+            r"<(?:seed:tool_call>\s*<)?function=(?P<name>[^\n>]+)>",
             r"</function>\s*(?:</seed:tool_call>\s*)?",
             r"<parameter=(?P<key>[^>\n]+)>\s*(?P<value>.*?)\s*</parameter>",
         ),
@@ -99,7 +103,7 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
     "minimax_m2": (
         _xml_field(
-            r'(?:<minimax:tool_call>\s*)?<invoke name="?(?P<name>[^">\n]+)"?>',
+            r'<(?:minimax:tool_call>\s*<)?invoke name="?(?P<name>[^">\n]+)"?>',
             r"</invoke>\s*(?:</minimax:tool_call>\s*)?",
             r'<parameter name="?(?P<key>[^">\n]+)"?>\s*(?P<value>.*?)\s*</parameter>',
         ),
@@ -107,7 +111,7 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
     "deepseek_dsml": (
         _xml_field(
-            r'(?:<｜DSML｜(?:function|tool)_calls>\s*)?<｜DSML｜invoke name="(?P<name>[^"]+)"\s*>',
+            r'<(?:｜DSML｜(?:function|tool)_calls>\s*<)?｜DSML｜invoke name="(?P<name>[^"]+)"\s*>',
             r"</｜DSML｜invoke>\s*(?:</｜DSML｜(?:function|tool)_calls>\s*)?",
             r'<｜DSML｜parameter name="(?P<key>[^"]+)"[^>]*>(?P<value>.*?)</｜DSML｜parameter>',
         ),
@@ -115,7 +119,7 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
     "kimi_k2": (
         _json_field(
-            r"(?:<\|tool_calls?_section_begin\|>\s*)?<\|tool_call_begin\|>\s*"
+            r"<\|(?:tool_calls?_section_begin\|>\s*<\|)?tool_call_begin\|>\s*"
             r"(?P<id>(?:functions\.)?(?P<name>[^\s:<]+)(?::\d+)?)\s*<\|tool_call_argument_begin\|>",
             r"<\|tool_call_end\|>\s*(?:<\|tool_calls?_section_end\|>\s*)?",
             literal=False,
@@ -125,7 +129,7 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
     "deepseek_v3_1": (
         _json_field(
-            rf"(?:{_DS_BEGIN}\s*)?{_DS_CALL}(?P<name>[^<]+?){_DS_SEP}",
+            rf"<｜(?:tool▁calls▁begin｜>\s*<｜)?tool▁call▁begin｜>(?P<name>[^<]+?){_DS_SEP}",
             rf"{_DS_CALL_END}\s*(?:{_DS_END}\s*)?",
             literal=False,
             transform=_NAMED,
@@ -134,7 +138,7 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
     "deepseek_v3": (
         _json_field(
-            rf"(?:{_DS_BEGIN}\s*)?{_DS_CALL}function{_DS_SEP}(?P<name>[^\n<]+?)\s*```json\s*",
+            rf"<｜(?:tool▁calls▁begin｜>\s*<｜)?tool▁call▁begin｜>function{_DS_SEP}(?P<name>[^\n<]+?)\s*```json\s*",
             rf"\s*```\s*{_DS_CALL_END}\s*(?:{_DS_END}\s*)?",
             literal=False,
             transform=_NAMED,
@@ -169,15 +173,11 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
     "nemotron_v2": (_json_field("<TOOLCALL>", r"</TOOLCALL>\s*", literal=True, transform=_EACH, each=True), ()),
     "apriel": (_json_field("<tool_calls>", r"</tool_calls>\s*", literal=True, transform=_EACH, each=True), ()),
-    "apertus": (
-        _json_field("<|tools_prefix|>", r"<\|tools_suffix\|>\s*", literal=True, transform=None, each=False),
-        (),
-    ),
     "granite": (
-        _json_field("<|tool_call|>", r"\s*(?=<\|end_of_text\|>)|\Z", literal=True, transform=_EACH, each=True),
+        _json_field("<|tool_call|>", r"(?=<\|end_of_text\|>)", literal=True, transform=_EACH, each=True),
         ("<response>", "</response>"),
     ),
-    "phi4_mini": (_json_field("functools", r"\s*(?=<\|end\|>)|\Z", literal=True, transform=_EACH, each=True), ()),
+    "phi4_mini": (_json_field("functools", r"(?=<\|end\|>)", literal=True, transform=_EACH, each=True), ()),
     "command_r7b": (
         _json_field(
             "<|START_ACTION|>",
@@ -195,7 +195,7 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "command_r_plus": (
         _json_field(
             r"Action:\s*(?:```json)?\s*",
-            r"\s*```\s*|\s*(?=<\|END_OF_TURN_TOKEN\|>)|\s*\Z",
+            r"```\s*|(?=<\|END_OF_TURN_TOKEN\|>)",
             literal=False,
             transform={"type": "function", "function": {"name": "{tool_name}", "arguments": "{parameters}"}},
             each=True,
@@ -224,7 +224,7 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
     "gpt_oss": (
         _json_field(
-            r"(?:<\|channel\|>commentary\s*)?to=functions\.(?P<name>[^\s<]+)\s*(?:<\|channel\|>commentary)?\s*"
+            r"to=functions\.(?P<name>[^\s<]+)\s*(?:<\|channel\|>commentary)?\s*"
             r"(?:<\|constrain\|>)?\s*(?:json)?\s*<\|message\|>",
             r"<\|call\|>\s*",
             literal=False,
@@ -248,14 +248,14 @@ CALL_FIELDS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         (),
     ),
     "granite_20b_fc": (
-        _json_field("<function_call>", r"\s*(?=<function_call>)|\s*\Z", literal=True, transform=_EACH_ONE),
+        _json_field("<function_call>", r"(?=<function_call>)", literal=True, transform=_EACH_ONE),
         (),
     ),
     # Functionary v3.2: ">>>" before each message, then its recipient line: "all" for content, else a name
     "functionary_v3_2": (
         _json_field(
             r">>>\s*(?!all\n)(?P<name>[A-Za-z_][\w.\-]*)\n",
-            r"(?=>>>)|\s*(?=<\|eot_id\|>)",
+            r"(?=>>>|<\|eot_id\|>)",
             literal=False,
             transform=_NAMED,
         ),
@@ -289,6 +289,8 @@ UNSAID: dict[str, str] = {
     " cannot turn text into arguments",
     "hermes_qwen_agent_code": "code in a <code> block after the call object joins the call's arguments, which a"
     " transform cannot do",
+    "apertus": 'each call is an object whose one key is the function\'s name ({"f": {...}}): a transform places'
+    " values by the keys it names, and cannot read a key as the name",
     "json_bare": "bare JSON objects are calls only before any other text: a region cannot depend on what came before",
     "json_list": "a bare JSON list is a call list only at the start of the answer",
     "learned": "chatcodec learned this format from the template's renders, and writes response templates only for"
