@@ -57,14 +57,9 @@ _QWEN_XML = _xml_field(
     r"</function>\s*(?:</tool_call>\s*)?",
     r"<parameter=(?P<key>[^>\n]+)>\s*(?P<value>.*?)\s*</parameter>",
 )
-_DS = (
-    "<｜tool▁calls▁begin｜>",
-    "<｜tool▁call▁begin｜>",
-    "<｜tool▁sep｜>",
-    "<｜tool▁call▁end｜>",
-    "<｜tool▁calls▁end｜>",
+_DS_SEP, _DS_CALL_END, _DS_END = (
+    re.escape(m) for m in ("<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>")
 )
-_DS_BEGIN, _DS_CALL, _DS_SEP, _DS_CALL_END, _DS_END = (re.escape(m) for m in _DS)
 # A region the text ends in closes there, so no close says "or the end" (\Z): at the edge of a stream, an
 # empty match there would hide a delimiter that has only begun to arrive.
 # Patterns start with a literal wherever they can (an optional section opener goes after the first "<"):
