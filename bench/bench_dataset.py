@@ -13,8 +13,8 @@ tools, 1 to 4 exchanges each, some with tool calls and results, some with reason
 3. **memory**: peak RSS of one process formatting growing datasets (it should stay flat: rows stream);
 4. **Ray**: the same job on a local Ray instance of 2 CPUs against the local engine with 2 workers.
 
-The texts are drawn from 80 words by default; ``--text docs`` cuts them from the repository's README and
-sources and the shared docs instead (prose and code: a real vocabulary, so caches of text see new pieces).
+The texts are drawn from 80 words by default; ``--text docs`` cuts them from the repository's README, docs
+pages and sources and the shared docs instead (prose and code: a real vocabulary, so caches of text see new pieces).
 
 Run: ``PYTHONPATH=src python bench/bench_dataset.py [--rows 20000] [--sections 1,2,3,4] [--text docs]``. Needs
 transformers (the reference), pyarrow and ray. The machine's load average is printed before and after.
@@ -59,13 +59,14 @@ TOOLS = [
 ]  # fmt: skip
 
 
-#: with ``--text docs``: the ASCII of the repository's README and sources and the shared docs, which the
-#: conversations' texts are cut from (prose and code with a real vocabulary, not 80 words)
+#: with ``--text docs``: the ASCII of the repository's README, docs pages and sources and the shared docs,
+#: which the conversations' texts are cut from (prose and code with a real vocabulary, not 80 words)
 DOCS: str | None = None
 
 
 def _docs(shared: Path) -> str:
-    files = [ROOT / "README.md", *sorted((ROOT / "src").rglob("*.py")), *sorted((shared / "docs").glob("*.md"))]
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "src").rglob("*.py"))]
+    files += sorted((shared / "docs").glob("*.md"))
     text = "".join(path.read_text(encoding="utf-8") for path in files if path.is_file())
     return "".join(char for char in text if char.isascii())
 

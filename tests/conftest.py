@@ -59,6 +59,19 @@ def in_threads(target: Callable[[int], None], count: int) -> None:
         thread.join()
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The engine check, once, before any test loads llama.cpp: every process of the run (test workers, the
+    servers the tests start) then reads its cached choice, so a machine where the default configuration
+    crashes runs every engine test on the safe one."""
+    try:
+        from chatcodec.backends import default_model_path
+        from chatcodec.backends.probe import choose_engine
+
+        return "engine: " + choose_engine(default_model_path()).line
+    except Exception as exc:  # reported by the tests that need the engine, as their failure
+        return f"engine: not checked ({type(exc).__name__}: {exc})"
+
+
 def _skipped_where_all_must_run(config: pytest.Config) -> int:
     """How many tests were skipped, where every test must run (``.ci/run`` sets ``CHATCODEC_NO_SKIP=1``): a
     missing ``../shared``, extra or browser would otherwise leave CI green with fewer tests."""

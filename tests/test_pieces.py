@@ -47,12 +47,13 @@ def _strings(value: Any) -> list[str]:
 
 
 def _texts() -> list[str]:
-    """ASCII texts: the corpus conversations' strings and tools as JSON, the README in pieces, every ASCII
-    character in several places, and seeded mixtures of what the regexes treat apart."""
+    """ASCII texts: the corpus conversations' strings and tools as JSON, the README and the docs pages in
+    pieces, every ASCII character in several places, and seeded mixtures of what the regexes treat apart."""
     texts = [s for conv in conversations().values() for s in _strings(conv) if s.isascii()]
     texts += [json.dumps(conv["tools"]) for conv in conversations().values() if conv.get("tools")]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    texts += [c for c in (readme[at : at + 700] for at in range(0, len(readme), 700)) if c.isascii()]
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:  # the old README's text is there
+        prose = page.read_text(encoding="utf-8")
+        texts += [c for c in (prose[at : at + 700] for at in range(0, len(prose), 700)) if c.isascii()]
     chars = [chr(c) for c in range(128)]
     texts += [f"x{c}y {c}{c} z{c}" for c in chars]
     rng = random.Random(7)

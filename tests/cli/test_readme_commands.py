@@ -1,4 +1,5 @@
-"""Every ``chatcodec`` command line in the README's shell blocks runs, from the checkout, and exits 0."""
+"""Every ``chatcodec`` command line in the shell blocks of the README and the docs pages runs, from the checkout,
+and exits 0."""
 
 from __future__ import annotations
 
@@ -14,24 +15,30 @@ from ..conftest import require_shared
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+#: the README and every page of the docs site
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _command_lines() -> list[str]:
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    text = "".join(page.read_text(encoding="utf-8") for page in PAGES)
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     # commands that need a server or a network are left to their own tests
-    return [
+    found = [
         line
         for line in lines
         if re.match(r"(echo .*\| )?chatcodec ", line) and "--url" not in line and not line.startswith("chatcodec serve")
     ]
+    return list(dict.fromkeys(found))  # a command shown on two pages runs once
 
 
 COMMAND_LINES = _command_lines()
 
 
-def test_the_readme_has_command_lines() -> None:
-    assert len(COMMAND_LINES) >= 8
+def test_the_pages_have_command_lines() -> None:
+    assert len(COMMAND_LINES) >= 20
+    readme = README.read_text(encoding="utf-8")
+    assert sum(line in readme for line in COMMAND_LINES) >= 4
 
 
 @pytest.mark.parametrize("line", COMMAND_LINES)

@@ -96,8 +96,8 @@ def chatcodec_serve(tmp: Path, *extra: str, name: str = "chatcodec") -> Server:
 def llama_cpp_server(tmp: Path, name: str = "llama-cpp-python") -> Server:
     port = free_port()
     argv = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf()), "--host", "127.0.0.1",
-        "--port", f"PORT={port}", "--n_ctx", "2048", "--n_threads", "2",
+        sys.executable, str(Path(__file__).with_name("engine_server.py")), "--model", str(gguf()),
+        "--host", "127.0.0.1", "--port", f"PORT={port}", "--n_ctx", "2048", "--n_threads", "2",
     ]  # fmt: skip
     return start(argv, tmp, health="/v1/models", name=name)
 

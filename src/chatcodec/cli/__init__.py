@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tools": ("chatcodec.cli.tools", "tool schemas from Python functions, and the function-calling loop"),
     "dataset": ("chatcodec.cli.dataset", "format a chat dataset for training (ids, masks, packing), or its stats"),
     "serve": ("chatcodec.cli.serve", "an OpenAI-compatible chat server over the embedded model or a remote engine"),
+    "doctor": ("chatcodec.cli.doctor", "this machine, the llama.cpp build, the engine check's choice and its speed"),
 }
 
 

@@ -8,6 +8,9 @@ chatcodec serve --backend http://127.0.0.1:8080 --template qwen3 --tokenizer pat
 from __future__ import annotations
 
 import argparse
+import errno
+import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 from ..exceptions import InputError, LoadError
 from ..templates import load_template
 from . import common
+from .doctor import add_engine_option
 
 __all__ = ["configure", "run"]
 
@@ -62,6 +66,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--ctx-size", type=common.positive_int, metavar="N", help="embedded model: context size in tokens"
     )
     parser.add_argument("--threads", type=common.positive_int, metavar="N", help="embedded model: CPU threads")
+    add_engine_option(parser)
     parser.add_argument(
         "--structured-outputs",
         default="auto",
@@ -76,7 +81,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="remote backend: longest wait for its next token (default: 60)",
     )
     common.add_limit_options(parser)
-    parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+    parser.add_argument(
+        "--quiet", action="store_true", help="no request lines (by default one per request on stderr: method, path,"
+        " status, tokens in and out, time)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="uvicorn's own log level (default: warning)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
+    listening = _listen(args.host, args.port)  # a port already taken is one line, before anything loads
+    _log_to_stderr(quiet=args.quiet)
     backend: Backend
     template = common.with_limits(load_template(args.template), args) if args.template else None
     tokenizer: Any = None
@@ -110,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print("chatcodec: loading the model ...", file=sys.stderr, flush=True)
-        llama = LlamaBackend(args.model, n_ctx=args.ctx_size, n_threads=args.threads, name=args.served_model_name)
+        llama = LlamaBackend(
+            args.model, n_ctx=args.ctx_size, n_threads=args.threads, name=args.served_model_name, engine=args.engine
+        )
         template = template if template is not None else common.with_limits(llama.template, args)
         backend = llama
     app = create_app(
@@ -122,9 +140,39 @@ def run(args: argparse.Namespace) -> int:
         tokenizer=tokenizer,
     )
     common.flush_notes()
-    print(f"chatcodec: serving {backend.info.id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    port = listening.getsockname()[1]
+    print(f"chatcodec: serving {backend.info.id} on http://{args.host}:{port}/v1", file=sys.stderr, flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False))
+    server.run(sockets=[listening])
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` for uvicorn to serve on, or one line saying why there is none."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family)
+    except socket.gaierror as exc:
+        raise InputError(f"--host {host}: no such address ({exc.strerror}).") from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise InputError(
+                f"Port {port} on {host} is already in use: stop what listens there, or pass --port N."
+            ) from None
+        raise InputError(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
+
+
+def _log_to_stderr(*, quiet: bool) -> None:
+    """chatcodec's log lines on stderr as they are: the engine's choice, one line per request (unless ``quiet``),
+    warnings and errors (an engine failure in its worker thread, with its cause)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger("chatcodec")
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    root.propagate = False
+    logging.getLogger("chatcodec.engine").setLevel(logging.INFO)
+    logging.getLogger("chatcodec.access").setLevel(logging.WARNING if quiet else logging.INFO)
 
 
 def _tokenizer(given: str | None, template: str) -> Any:

@@ -27,6 +27,7 @@ from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, Inpu
 from ..render import ChatTemplate
 from ..tokens import Codec
 from ..vocab import TextTokenizer
+from .access import AccessLog, Metered
 from .chat import ASK_TOKEN_IDS, ChatService, Generated, Plan
 from .errors import APIError
 from .protocol import parse_chat, parse_completion
@@ -98,10 +99,13 @@ def create_app(
     ``tokenizer`` is the model's (default: the backend's own ``tokenizer``, as the embedded model has): chats are
     then encoded to token ids by a :class:`~chatcodec.Codec`, so text from the caller never becomes a control
     token. Without one, prompts go to the backend as text.
+
+    Each request is logged in one line on the ``chatcodec.access`` logger (:mod:`chatcodec.server.access`).
     """
     name = model or backend.info.id
     if tokenizer is None:
         tokenizer = getattr(backend, "tokenizer", None)
+    backend = Metered(backend)  # generations count their tokens into their request's access line
     codec = Codec(template, tokenizer) if tokenizer is not None else None
     service = ChatService(
         backend,
@@ -348,6 +352,7 @@ def create_app(
         Route("/stats", stats, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app.add_middleware(AccessLog)
     app.state.service = service
     return app
 
