@@ -55,7 +55,9 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see for the lazy names
     from .decoders import ToolCallDelta as ToolCallDelta
     from .decoders import decoder as decoder
     from .decoders import decoder_for as decoder_for
+    from .decoders import decoder_from_response_template as decoder_from_response_template
     from .decoders import detect_format as detect_format
+    from .decoders import response_template as response_template
     from .inspection import Finding as Finding
     from .inspection import Report as Report
     from .inspection import inspect as inspect
@@ -76,7 +78,9 @@ _LAZY: dict[str, str] = {
     "ToolCallDelta": "chatcodec.decoders",
     "decoder": "chatcodec.decoders",
     "decoder_for": "chatcodec.decoders",
+    "decoder_from_response_template": "chatcodec.decoders",
     "detect_format": "chatcodec.decoders",
+    "response_template": "chatcodec.decoders",
     "Finding": "chatcodec.inspection",
     "Report": "chatcodec.inspection",
     "inspect": "chatcodec.inspection",
@@ -131,6 +135,7 @@ __all__ = [
     "builtin_templates",
     "decoder",
     "decoder_for",
+    "decoder_from_response_template",
     "detect_format",
     "format_dataset",
     "inspect",
@@ -139,6 +144,7 @@ __all__ = [
     "load_template",
     "parse_conversation",
     "patch",
+    "response_template",
     "tool_schema",
 ]
 

@@ -69,6 +69,8 @@ class ChatTemplate:
                 f"A chat template is Jinja text or a mapping of names to Jinja text, not {type(source).__name__}."
             )
         self.name = name
+        #: transformers' ``response_template`` shipped with the template (``tokenizer_config.json``), if any
+        self.response_template: dict[str, Any] | None = None
         self.special_tokens: dict[str, str] = plain(dict(special_tokens or {}))
         self._only_default = list(self._sources) == ["default"]
         self.limits = limits or DEFAULT_LIMITS

@@ -158,7 +158,8 @@ def _from_file(path: Path, name: str | None) -> ChatTemplate:
         if "chat_template" not in data or data["chat_template"] is None:
             raise TemplateNotFoundError(f"{path} has no chat_template.")
         tokens = _special_tokens(data, path.with_name("special_tokens_map.json"))
-        return ChatTemplate(_templates_from_config(data["chat_template"], path), special_tokens=tokens, name=label)
+        found = ChatTemplate(_templates_from_config(data["chat_template"], path), special_tokens=tokens, name=label)
+        return _with_response_template(found, data)
     raise LoadError(
         f"Cannot tell what {path.name} is: expected a model folder, tokenizer_config.json, a .jinja file,"
         " chat_template.json or a .gguf model."
@@ -192,8 +193,17 @@ def _from_folder(folder: Path, name: str) -> ChatTemplate:
             f"The folder {folder} has no chat template: looked for chat_template.jinja,"
             " additional_chat_templates/, a chat_template in tokenizer_config.json, and chat_template.json."
         )
-    return ChatTemplate(templates if list(templates) != ["default"] else templates["default"],
-                        special_tokens=tokens, name=name)  # fmt: skip
+    template = ChatTemplate(templates if list(templates) != ["default"] else templates["default"],
+                            special_tokens=tokens, name=name)  # fmt: skip
+    return _with_response_template(template, config)
+
+
+def _with_response_template(template: ChatTemplate, config: dict[str, Any]) -> ChatTemplate:
+    """The template with the config's ``response_template`` (how the model's output is parsed), if it has one."""
+    found = config.get("response_template")
+    if isinstance(found, dict):
+        template.response_template = found
+    return template
 
 
 def _templates_from_config(value: Any, path: Path) -> str | dict[str, str]:

@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "decode": ("chatcodec.cli.decode", "decode a completion into content, reasoning and tool calls"),
     "unrender": ("chatcodec.cli.unrender", "read a rendered prompt back into the messages that render it"),
     "inspect": ("chatcodec.cli.inspect", "what a template supports and how it behaves, found by probe renders"),
+    "response-template": (
+        "chatcodec.cli.response_template",
+        "write transformers' response_template for a model, or add it to its tokenizer_config.json",
+    ),
     "lint": ("chatcodec.cli.lint", "check templates for concrete risks, with lines; exit 1 on errors (CI)"),
     "diff": ("chatcodec.cli.diff", "compare two templates on the same chats, or a template with formatted samples"),
     "show": ("chatcodec.cli.show", "write a rendered chat as one self-contained HTML page: roles, tokens, mask"),

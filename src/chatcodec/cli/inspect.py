@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ..decoders import response_template
 from ..inspection import inspect
 from ..inspection.loading import load_pair
 from ..inspection.report import report_text
@@ -39,12 +40,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help='print the report as JSON: {"template", "capabilities": {...}, "output_format", "roles",'
         ' "prefix_stable", "token_overhead", ...}',
     )
+    parser.add_argument(
+        "--response-template",
+        action="store_true",
+        help="print transformers' response_template for it instead (the one it ships, or the one chatcodec writes:"
+        " chatcodec response-template)",
+    )
     common.add_limit_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     template, codec = load_pair(args.template, args.tokenizer)
     common.with_limits(template, args)
+    if args.response_template:
+        found = template.response_template or response_template(template)
+        sys.stdout.write(json.dumps(found, ensure_ascii=False, indent=2) + "\n")
+        return 0
     report = inspect(template, codec=codec)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), ensure_ascii=False, indent=2) + "\n")

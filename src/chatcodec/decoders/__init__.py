@@ -20,8 +20,10 @@ from .detect import decoder as decoder
 from .detect import decoder_for as decoder_for
 from .detect import detect as detect
 from .detect import detect_format as detect_format
+from .detect import response_template as response_template
 from .format import Decoder as Decoder
 from .registry import formats as formats
+from .response_reader import decoder_from_response_template as decoder_from_response_template
 
 __all__ = [
     "AssistantMessage",
@@ -34,7 +36,9 @@ __all__ = [
     "ToolCallDelta",
     "decoder",
     "decoder_for",
+    "decoder_from_response_template",
     "detect",
     "detect_format",
     "formats",
+    "response_template",
 ]

@@ -24,6 +24,7 @@ the block (thinking off) it starts in content.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 import weakref
 from collections.abc import Iterable, Mapping
@@ -38,10 +39,20 @@ from .catalog import CATALOG
 from .format import Decoder, Format
 from .learn import LEARN_TOOLS, from_instructions, learn, probe_windows, reads_back
 from .machine import ThinkSpec
-from .prompt import PROBE_NOW, PROBE_USER, as_template, end_markers, template_think_state
+from .prompt import PROBE_NOW, PROBE_USER, as_template, end_markers, generation_prompt, template_think_state
 from .registry import ReasoningFormat, get_format, make_decoder, with_reasoning_parser
+from .response_reader import decoder_from_response_template
+from .response_writer import write_response_template
 
-__all__ = ["Detection", "decoder", "decoder_for", "detect", "detect_format"]
+__all__ = [
+    "Detection",
+    "check_response_template",
+    "decoder",
+    "decoder_for",
+    "detect",
+    "detect_format",
+    "response_template",
+]
 
 PROBE_NAME = "get_weather"
 PROBE_ARGS = {"city": "Paris"}
@@ -370,7 +381,9 @@ def decoder_for(
 ) -> Decoder:
     """The decoder for output generated from ``template``'s prompts.
 
-    The format comes from :func:`detect_format`; for prompts rendered with a ``polyfill`` that put
+    A template loaded with a ``response_template`` (a model folder's ``tokenizer_config.json``) is decoded by
+    it (see :func:`~chatcodec.decoders.response_reader.decoder_from_response_template`). Otherwise the
+    format comes from :func:`detect_format`; for prompts rendered with a ``polyfill`` that put
     the tools into the system text (``tools_in_system``), it is ``generic``, which those instructions
     ask for. Unless ``thinking_forced_open`` is given, the reasoning start state comes from ``prompt``
     (the exact prompt, when you have it) or from the template's generation prompt rendered with
@@ -382,6 +395,10 @@ def decoder_for(
     'f'
     """
     chat = as_template(template)
+    if chat.response_template is not None and not polyfill:  # the model's own says how its output is parsed
+        return decoder_from_response_template(
+            chat.response_template, template=chat, prompt=prompt, chat_template_kwargs=chat_template_kwargs, **options
+        )
     found = detect(chat)
     fmt = found.output_format
     if found.how == "fallback" and chat.capabilities.tools:
@@ -408,3 +425,82 @@ def decoder_for(
             options["thinking_forced_open"] = state == "open"
     options.setdefault("template", chat)
     return make_decoder(fmt, **options)
+
+
+def response_template(
+    template: ChatTemplate | str, *, tools: Iterable[Mapping[str, Any]] | None = None, **variables: Any
+) -> dict[str, Any]:
+    """transformers' ``response_template`` for output generated from ``template``'s prompts.
+
+    It is written for the format :func:`decoder_for` picks (its reasoning tags, the think state the
+    generation prompt leaves with ``variables`` such as ``enable_thinking``, content, tool calls with
+    names, arguments and ids) and anchored at the generation prompt. Before it is returned it must
+    read the template's own rendering of a tool call (with ``tools``, or a probe tool) as chatcodec's
+    decoder reads it; a format the language cannot say, or a template it would read differently,
+    raises :class:`~chatcodec.DecodeError` naming what.
+
+    >>> rt = response_template("qwen3")
+    >>> rt["start_anchor"], rt["fields"]["tool_calls"]["open"]
+    ('<|im_start|>assistant\\n', '<tool_call>')
+    """
+    chat = as_template(template)
+    found = detect(chat)
+    fmt = found.output_format
+    own = decoder_for(chat, chat_template_kwargs=variables)
+    prompt = _generation(chat, variables)
+    source = "\n".join(chat.sources.values())
+    name = "thinking" if "reasoning_content" not in source and "thinking" in source else "reasoning_content"
+    written = write_response_template(
+        fmt,
+        prompt=prompt,
+        end_markers=end_markers(chat),
+        forced_open=own.options.forced_open,
+        reasoning_name=name,
+        sample=found.rendered,
+    )
+    wrong = check_response_template(chat, written, tools)
+    if wrong is not None:
+        raise DecodeError(f"The response template written for {chat.name or 'this template'!r} is wrong: {wrong}.")
+    return written
+
+
+def _generation(chat: ChatTemplate, variables: Mapping[str, Any]) -> str:
+    """What the template writes to ask for an answer: its generation prompt, or where that is empty (the
+    user turn itself ends with the model's cue, as Mistral's ``[/INST]``), the last marker of the prompt."""
+    found = generation_prompt(chat, variables)
+    if found and found.strip():
+        return found
+    prompt = _render(chat, [_USER], add_generation_prompt=True, **variables)
+    cue = re.search(r"(?:<[^<>\s]+>|\[[^\[\]\s]+\])\s*$", prompt or "")
+    if cue is None:
+        raise DecodeError(
+            f"Template {chat.name or 'unnamed'!r} writes nothing to ask for an answer, so a response template has no"
+            " start anchor to find it by."
+        )
+    return cue.group()
+
+
+def check_response_template(
+    template: ChatTemplate | str, written: Mapping[str, Any], tools: Iterable[Mapping[str, Any]] | None = None
+) -> str | None:
+    """Why the response template ``written`` misreads ``template``'s own rendering of a tool call (one
+    line), or None when it reads it as chatcodec's format decoder does (both starting outside
+    reasoning, as a call in a history turn is written). A template that does not load says so."""
+    chat = as_template(template)
+    found = detect(chat)
+    own = make_decoder(found.output_format, template=chat, thinking_forced_open=False)
+    listed = list(tools) if tools is not None else PROBE_TOOLS
+    try:
+        theirs_decoder = decoder_from_response_template(written, prompt="", tools=listed)
+    except DecodeError as exc:
+        return str(exc)
+    for window in _call_windows(chat):
+        got = [(c.name, c.arguments) for c in theirs_decoder.decode(window).tool_calls]
+        want = [(c.name, c.arguments) for c in own.decode(window).tool_calls]
+        if got != want:
+            return (
+                f"the response template reads the template's own rendered call {window!r} as {got}, where"
+                f" chatcodec's {found.format} decoder reads {want}"
+            )
+        return None
+    return None

@@ -15,6 +15,9 @@ The rules (codes in brackets; ``error`` findings make ``chatcodec lint`` exit 1)
   :class:`~chatcodec.Codec` escapes it; other stacks do not, transformers #29279);
 * ``no-generation-prompt`` (warning): ``add_generation_prompt`` changes nothing and the prompt does not
   end with an assistant header, so the model is not asked to answer;
+* ``response-template-misreads`` (error): the ``response_template`` shipped with the template (its
+  ``tokenizer_config.json``) does not load, or reads the template's own rendering of a tool call
+  differently from chatcodec's decoder for its format;
 * ``writes-bos`` (info): the template writes BOS itself: tokenize with ``add_special_tokens=False``;
 * ``engine-*`` (warning; ``engine-host-function`` info): a Jinja feature other engines render differently
   (:mod:`chatcodec.inspection.engines`).
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import jinja2
 from jinja2 import nodes
 
+from ..decoders.detect import check_response_template
 from ..render import ChatTemplate
 from ..templates import load_template
 from .engines import RULES, engine_findings, parse
@@ -83,9 +87,19 @@ def lint(template: ChatTemplate | str | Path) -> list[Finding]:
     findings += _injection(template)
     findings += _generation_prompt(template)
     findings += _bos(template)
+    findings += _response_template(template)
     for name, source in template.sources.items():
         findings += _engines(source, name)
     return sorted(findings, key=lambda f: (_ORDER[f.severity], f.line or 0, f.code))
+
+
+def _response_template(template: ChatTemplate) -> list[Finding]:
+    if template.response_template is None:
+        return []
+    wrong = check_response_template(template, template.response_template)
+    if wrong is None:
+        return []
+    return [Finding("response-template-misreads", "error", f"its shipped response_template: {wrong}")]
 
 
 def _roles(template: ChatTemplate) -> list[Finding]:

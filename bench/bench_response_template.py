@@ -1,0 +1,97 @@
+"""Decoding with a response template: chatcodec's decoder against transformers' ``parse_response``.
+
+The same outputs, the same templates: every corpus template whose tool calls chatcodec decodes, with the
+response template chatcodec writes for it, and TRL's hand-written templates on the parse vectors of their
+formats. Each side decodes every output (with its prompt) ``--rounds`` times; the figure is the ratio of
+transformers' time to chatcodec's, which must be at least 10. Times are CPU time of this process
+(``time.process_time``), so other work on the machine skews the ratio less. One run takes about a minute.
+
+    PYTHONPATH=src python bench/bench_response_template.py
+
+Exit status 1 if the ratio is under 10 (needs ../shared and transformers, a dev dependency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+
+from tests.conftest import manifest  # noqa: E402
+from tests.decoders.helpers import VECTORS  # noqa: E402
+from tests.decoders.test_response_template import TRL, corpus_template, ours, renderings  # noqa: E402
+from tests.decoders.test_template_roundtrip import LEFT_OUT  # noqa: E402
+
+from chatcodec import decoder_for, response_template  # noqa: E402
+from chatcodec.decoders import decoder_from_response_template  # noqa: E402
+
+TARGET = 10.0
+
+
+def cases() -> list[tuple[dict[str, Any], str, str, list[Any] | None]]:
+    """``(response template, prompt, output, tools)`` for every output both sides decode."""
+    found: list[tuple[dict[str, Any], str, str, list[Any] | None]] = []
+    for name in sorted(manifest()):
+        if name in LEFT_OUT:
+            continue
+        template = corpus_template(name)
+        done = [
+            (prompt, text, tools)
+            for prompt, text, tools, calls in renderings(template)
+            if ours(decoder_for(template, prompt=prompt, tools=tools).decode(text))[0] == calls
+        ]
+        if done:
+            written = response_template(template)
+            found += [(written, prompt, text, tools) for prompt, text, tools in done]
+    for trl_name, template in TRL["templates"].items():
+        formats = TRL["formats"][trl_name]
+        found += [(template, "", v["output"], None) for v in VECTORS if v["format"] in formats and not v.get("partial")]
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20, help="decodes of every output per side (default 20)")
+    args = parser.parse_args()
+    from transformers.utils.chat_parsing import parse_response
+
+    work = cases()
+    decoders = [decoder_from_response_template(rt, prompt=prompt, tools=tools) for rt, prompt, _, tools in work]
+
+    def transformers_side() -> None:
+        for rt, prompt, text, tools in work:
+            with contextlib.suppress(ValueError):  # a region transformers cannot parse: it gives up
+                parse_response(text, rt, prefix=prompt, tools=tools)
+
+    def chatcodec_side() -> None:
+        for decoder, (_, _, text, _) in zip(decoders, work, strict=True):
+            decoder.decode(text)
+
+    gc.collect()
+    gc.freeze()  # the setup's objects (transformers' modules, the corpus) are not walked by every collection
+    timings = {}
+    for label, side in (("transformers parse_response", transformers_side), ("chatcodec", chatcodec_side)):
+        side()  # warm: regex caches, imports
+        start = time.process_time()
+        for _ in range(args.rounds):
+            side()
+        timings[label] = (time.process_time() - start) / (args.rounds * len(work))
+    ratio = timings["transformers parse_response"] / timings["chatcodec"]
+    print(f"{len(work)} outputs ({sum(len(t) for _, _, t, _ in work):,} characters), {args.rounds} rounds each")
+    for label, seconds in timings.items():
+        print(f"  {label:28s} {seconds * 1e6:8.1f} us per output")
+    print(f"  ratio {ratio:.1f}x (target >= {TARGET:.0f}x)")
+    print(json.dumps({"outputs": len(work), "ratio": round(ratio, 2)}))
+    return 0 if ratio >= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+"""transformers 5.24's content parsers for response-template regions, and its casts of tool arguments.
+
+The parsers (``text``, ``int``, ``float``, ``bool``, ``json`` with its dialect knobs, ``xml-inline``,
+``kv-lines``, ``python-call-list``) and the rule that casts string arguments by a tool's schema are the
+format's definition (transformers' ``chat_parsing`` documentation and code); a region parses here to
+what it parses to there. A region that does not parse raises ``ValueError``, which the machine turns
+into an invalid call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..exceptions import DecodeError
+
+__all__ = ["PARSERS", "cast_arguments", "parse_content", "regex_module", "tool_params"]
+
+#: transformers 5.24's content parsers; the structured ones parse a region when it closes
+PARSERS = ("text", "int", "float", "bool", "json", "xml-inline", "kv-lines", "python-call-list")
+
+
+def regex_module() -> Any:
+    """The ``regex`` module (partial matches, as transformers uses), or a one-line error saying how to get it."""
+    try:
+        return importlib.import_module("regex")
+    except ImportError:
+        raise DecodeError(
+            "Decoding with a response template needs the regex module (for partial matches of its patterns):"
+            " pip install 'chatcodec[response-templates]'."
+        ) from None
+
+
+def parse_content(parser: str, text: str, args: Mapping[str, Any]) -> Any:
+    """The value of a region's ``text`` through the content parser ``parser`` with ``args``."""
+    if parser == "text":
+        return text.strip() if args.get("strip", True) else text
+    if parser == "json":
+        return _json(text, args)
+    if parser == "xml-inline":
+        return _xml_inline(text, args)
+    if parser == "kv-lines":
+        return _kv_lines(text, args)
+    if parser == "python-call-list":
+        return _python_calls(text)
+    stripped = text.strip() if args.get("strip", True) else text
+    if parser == "int":
+        return int(stripped)
+    if parser == "float":
+        return float(stripped)
+    return stripped.lower() in ("true", "1")
+
+
+_OPEN_MARK, _CLOSE_MARK = "\x01", "\x02"
+_BARE_KEY = re.compile(r'"(?:\\.|[^"\\])*"|(?<=[{,])(\s*)(\w+)(\s*):')
+
+
+def _json(text: str, args: Mapping[str, Any]) -> Any:
+    delims = args.get("string_delims") or []
+    working = text
+    saved: list[str] = []
+    if delims and (_OPEN_MARK in text or _CLOSE_MARK in text):
+        raise ValueError("the text holds the characters \\x01 or \\x02 that string_delims reserves")
+    for open_d, close_d in delims:
+
+        def keep(m: re.Match[str]) -> str:
+            saved.append(m.group(1))
+            return f"{_OPEN_MARK}{len(saved) - 1}{_CLOSE_MARK}"
+
+        working = re.sub(re.escape(open_d) + r"(.*?)" + re.escape(close_d), keep, working, flags=re.DOTALL)
+    if args.get("unquoted_keys"):
+        working = _BARE_KEY.sub(
+            lambda m: m.group(0) if m.group(2) is None else f'{m.group(1)}"{m.group(2)}"{m.group(3)}:', working
+        )
+    for i, s in enumerate(saved):
+        working = working.replace(f"{_OPEN_MARK}{i}{_CLOSE_MARK}", json.dumps(s))
+    try:
+        return json.loads(working)
+    except json.JSONDecodeError:
+        if args.get("allow_non_json"):
+            return text.strip() if args.get("strip", True) else text
+        raise ValueError(f"the region is not JSON: {text[:60]!r}") from None
+
+
+def _sub(raw: str, value_parser: Any) -> Any:
+    if not isinstance(value_parser, Mapping):
+        return raw
+    return parse_content(str(value_parser.get("name", "text")), raw, value_parser.get("args", {}))
+
+
+def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    merge = bool(args.get("merge_duplicates"))
+    out: dict[str, Any] = {}
+    merged: set[str] = set()
+    pattern = args["tag_pattern"]
+    if isinstance(pattern, str):
+        pattern = regex_module().compile(pattern, regex_module().DOTALL)
+    for m in pattern.finditer(text):
+        groups = m.groupdict()
+        key = groups.get("key")
+        if key is None:
+            raise ValueError("the tag_pattern has no group named 'key'")
+        value = _sub(groups.get("value") or "", args.get("value_parser"))
+        if key in out and merge:
+            if key not in merged:
+                out[key] = [out[key]]
+                merged.add(key)
+            out[key].append(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _kv_lines(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    strip = args.get("strip", True)
+    kv_sep = args.get("kv_sep", ":")
+    out: dict[str, Any] = {}
+    for line in text.split(args.get("line_sep", "\n")):
+        line = line.strip() if strip else line
+        if not line or kv_sep not in line:
+            continue
+        key, value = line.split(kv_sep, 1)
+        if strip:
+            key, value = key.strip(), value.strip()
+        out[key] = _sub(value, args.get("value_parser"))
+    return out
+
+
+_PY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[-.][A-Za-z0-9_]+)*")
+_PY_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+_PY_STRING = re.compile(r"""'((?:[^'\\\n\r]|\\.)*)'|"((?:[^"\\\n\r]|\\.)*)\"""", re.DOTALL)
+_PY_CONSTANTS = {"True": True, "true": True, "False": False, "false": False, "None": None, "null": None}
+_PY_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _python_calls(text: str) -> list[dict[str, Any]]:
+    """transformers' strict ``python-call-list`` grammar: ``[f(a="x"), g()]``, keyword arguments of
+    Python or JSON literals."""
+    reader = _CallList(text)
+    calls = reader.items("[", "]", reader.call)
+    reader.space()
+    if reader.at < len(text):
+        raise ValueError("unexpected text after the closing ']'")
+    return calls
+
+
+class _CallList:
+    def __init__(self, text: str) -> None:
+        self.text, self.at = text, 0
+
+    def space(self) -> None:
+        while self.at < len(self.text) and self.text[self.at] in " \t\n\r":
+            self.at += 1
+
+    def peek(self, char: str) -> bool:
+        self.space()
+        return self.text.startswith(char, self.at)
+
+    def expect(self, char: str) -> None:
+        if not self.peek(char):
+            raise ValueError(f"expected {char!r} at position {self.at}")
+        self.at += 1
+
+    def items(self, open_c: str, close_c: str, item: Any) -> list[Any]:
+        self.expect(open_c)
+        out: list[Any] = []
+        if self.peek(close_c):
+            self.at += 1
+            return out
+        while True:
+            out.append(item())
+            if self.peek(close_c):
+                self.at += 1
+                return out
+            self.expect(",")
+
+    def name(self) -> str:
+        self.space()
+        m = _PY_NAME.match(self.text, self.at)
+        if m is None:
+            raise ValueError(f"expected a name at position {self.at}")
+        self.at = m.end()
+        return m.group()
+
+    def call(self) -> dict[str, Any]:
+        name = self.name()
+
+        def argument() -> tuple[str, Any]:
+            key = self.name()
+            self.expect("=")
+            return key, self.value(0)
+
+        return {"name": name, "arguments": _unique(self.items("(", ")", argument))}
+
+    def string(self) -> str:
+        m = _PY_STRING.match(self.text, self.at)
+        if m is None:
+            raise ValueError(f"invalid string at position {self.at}")
+        self.at = m.end()
+        body = m.group(1) if m.group(1) is not None else m.group(2)
+        out, i = [], 0
+        while (j := body.find("\\", i)) >= 0:
+            out.append(body[i:j])
+            code = body[j + 1]
+            if code in _PY_ESCAPES:
+                out.append(_PY_ESCAPES[code])
+                i = j + 2
+            elif code == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[j + 2 : j + 6]):
+                out.append(chr(int(body[j + 2 : j + 6], 16)))
+                i = j + 6
+            else:
+                raise ValueError(f"unsupported escape \\{code}")
+        return "".join(out) + body[i:]
+
+    def value(self, depth: int) -> Any:
+        if self.peek("'") or self.peek('"'):
+            return self.string()
+        if self.peek("["):
+            if depth >= 100:
+                raise ValueError("lists and dicts nested too deeply")
+            return self.items("[", "]", lambda: self.value(depth + 1))
+        if self.peek("{"):
+            if depth >= 100:
+                raise ValueError("lists and dicts nested too deeply")
+            return _unique(self.items("{", "}", lambda: self.pair(depth + 1)))
+        m = _PY_NUMBER.match(self.text, self.at)
+        if m is not None:
+            self.at = m.end()
+            whole = m.group(1) is None and m.group(2) is None
+            if whole and (len(m.group()) > 17 or abs(int(m.group())) > 2**53 - 1):
+                raise ValueError("an integer outside the range of -(2^53 - 1) to 2^53 - 1")
+            return int(m.group()) if whole else float(m.group())
+        m = _PY_NAME.match(self.text, self.at)
+        if m is not None and m.group() in _PY_CONSTANTS:
+            self.at = m.end()
+            return _PY_CONSTANTS[m.group()]
+        raise ValueError(f"expected a value at position {self.at}")
+
+    def pair(self, depth: int) -> tuple[str, Any]:
+        if not (self.peek("'") or self.peek('"')):
+            raise ValueError("dict keys must be strings")
+        key = self.string()
+        self.expect(":")
+        return key, self.value(depth)
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"repeated name {key!r}")
+        out[key] = value
+    return out
+
+
+# -- casting arguments by the tools' schemas (transformers' rules) -------------------------------------------
+
+
+def tool_params(tools: Iterable[Any] | None) -> dict[str, Mapping[str, Any]]:
+    """Each tool's parameter schemas (``properties``) by name."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for tool in tools or ():
+        fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
+            params = fn.get("parameters")
+            props = params.get("properties") if isinstance(params, Mapping) else None
+            found[fn["name"]] = props if isinstance(props, Mapping) else {}
+    return found
+
+
+def _types(schema: Any) -> tuple[str, ...]:
+    if not isinstance(schema, Mapping):
+        return ()
+    declared = schema.get("type")
+    types = [declared] if isinstance(declared, str) else [t for t in declared or () if isinstance(t, str)]
+    for union in ("anyOf", "oneOf"):
+        for choice in schema.get(union) or ():
+            types.extend(_types(choice))
+    if schema.get("nullable") and "null" not in types:
+        types.append("null")
+    return tuple(types)
+
+
+def cast_arguments(arguments: dict[str, Any], properties: Mapping[str, Any]) -> dict[str, Any]:
+    """String arguments cast to their schema's types (the first type that reads them), as transformers casts."""
+    out = dict(arguments)
+    for key, value in arguments.items():
+        types = _types(properties.get(key)) if key in properties else ()
+        if not types:
+            continue
+        if isinstance(value, str):
+            out[key] = _cast(value, types)
+        elif isinstance(value, list) and "array" not in types:
+            out[key] = [_cast(v, types) if isinstance(v, str) else v for v in value]
+    return out
+
+
+def _cast(raw: str, types: Sequence[str]) -> Any:
+    for kind in types:
+        try:
+            if kind == "integer":
+                try:
+                    return int(raw)
+                except ValueError:
+                    number = float(raw)
+                    if number.is_integer():
+                        return int(number)
+                    continue
+            if kind == "number":
+                number = float(raw)
+                if number != number or number in (float("inf"), float("-inf")):
+                    continue
+                return int(number) if number.is_integer() and "." not in raw else number
+            if kind == "boolean" and raw.strip().lower() in ("true", "1", "false", "0"):
+                return raw.strip().lower() in ("true", "1")
+            if kind == "null" and raw.strip() in ("null", "None"):
+                return None
+            if kind in ("object", "array"):
+                decoded = json.loads(raw)
+                if isinstance(decoded, dict if kind == "object" else list):
+                    return decoded
+        except (ValueError, OverflowError):
+            continue
+    return raw
