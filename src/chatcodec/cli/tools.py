@@ -31,6 +31,7 @@ from typing import IO, Any
 from ..exceptions import ChatcodecError, InputError, LoadError
 from ..tools import Round, Toolbox, tool_schema
 from . import common
+from .doctor import add_engine_option
 
 __all__ = ["configure", "load_functions", "run"]
 
@@ -97,6 +98,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " in this process (default: the embedded SmolLM2-135M-Instruct)",
     )
     loop.add_argument("--api-key", metavar="KEY", help="the API key (default: $OPENAI_API_KEY, else none)")
+    add_engine_option(loop)
     loop.add_argument(
         "--style", choices=["tools", "functions"], default="tools", help="tools=[...] or Qwen-Agent's functions=[...]"
     )
@@ -270,7 +272,8 @@ def _embedded(args: argparse.Namespace) -> tuple[Any, str]:
     if not path.is_file():
         raise LoadError(f"No model file at {path}.")
     print("chatcodec: loading the model ...", file=sys.stderr, flush=True)
-    backend = LlamaBackend(args.model) if args.model else LlamaBackend()
+    backend = LlamaBackend(args.model, engine=args.engine)
+    print(backend.engine.line, file=sys.stderr, flush=True)
     return LocalClient(backend), backend.info.id
 
 
