@@ -19,10 +19,11 @@ trims) is not in the prompt to be read.
 
 The work is bounded, linear in the prompt: every search step, every character searched, decoded or checked for
 markup, and every render back is paid for from one budget of :data:`WORK_BASE` plus :data:`WORK_PER_CHAR`
-per character of the prompt, counted in units of about a microsecond (bench/bench_unrender.py measures what
-they cost); each assistant text is decoded once, however many readings hold it. A prompt the budget cannot
+per character of the prompt, counted in units of about a microsecond (the costs are measured on hostile and
+ordinary prompts); each assistant text is decoded once, however many readings hold it. A prompt the budget cannot
 read is refused with :class:`~chatcodec.PromptMismatchError`, which says so. On the reference machine that is
-at most about 0.3 s plus 2 s per MB of prompt, whatever the prompt holds.
+about 2 s per MB of prompt on an idle core, and at most 0.5 s plus 4 s per MB on a loaded one (measured
+up to 10 MB), whatever the prompt holds.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ _PROBE_LENGTH = 3
 _MAX_RENDERS = 12
 #: the work one parse may do, in units of about a microsecond: this much, plus this much per prompt character
 WORK_BASE = 200_000
-WORK_PER_CHAR = 2.0
+WORK_PER_CHAR = 1.5
 #: what each kind of work costs, in those units (measured by bench/bench_unrender.py)
 _STEP_COST = 3.0  # one step of the search: a message's text ended at one more place
 _FRAME_COST = 25.0  # a message begun: the places its text may end, gathered from every glue
@@ -477,6 +478,8 @@ class _Step:
 #: the role's glues or -1 for a tail, the glue's cursor in its occurrences, how the prompt ends for a tail or the
 #: fields read from the glue's slots)
 _Place = tuple[int, int, int, int, int, int, Any]
+
+
 @functools.lru_cache(maxsize=256)
 def _pattern(glue: str) -> re.Pattern[str]:
     """A glue with slots as a regular expression: each slot a named group on one line (a second use of the
@@ -564,7 +567,9 @@ class _Reader:
         self.work.afford(_FRAME_COST)
         tails, glues = self._table(role)
         serial = self._serial
-        heap: list[_Place] = [(end, negative, -1, next(serial), -1, 0, ending) for end, negative, ending in tails if end >= at]
+        heap: list[_Place] = [
+            (end, negative, -1, next(serial), -1, 0, ending) for end, negative, ending in tails if end >= at
+        ]
         for index, glue in enumerate(glues):
             self._push(heap, glue, index, bisect.bisect_left(glue[3], at), heapify=False)
         heapq.heapify(heap)
@@ -576,6 +581,7 @@ class _Reader:
         _, text, _, found, rank, negative, pattern = glue
         while cursor < len(found):
             start = found[cursor]
+            place: _Place
             if pattern is None:
                 place = (start, negative, rank, next(self._serial), index, cursor, ())
             else:

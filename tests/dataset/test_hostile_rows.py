@@ -188,7 +188,7 @@ def test_the_tokenizer_files_are_inputs_too(tmp_path: Path) -> None:
     require_shared()
     (tmp_path / "in.jsonl").write_text(_good(0) + "\n", encoding="utf-8")
     before = _digest(QWEN3 / "tokenizer.json")
-    with pytest.raises(InputError, match="tokenizer's tokenizer.json"):
+    with pytest.raises(InputError, match=r"tokenizer's tokenizer\.json"):
         format_dataset(tmp_path / "in.jsonl", tmp_path / "o.parquet", tokenizer=QWEN3,
                        rejects=QWEN3 / "tokenizer.json")  # fmt: skip
     assert _digest(QWEN3 / "tokenizer.json") == before and not (tmp_path / "o.parquet").exists()
