@@ -209,10 +209,11 @@ def _fixed_date(template: ChatTemplate, reported: set[str]) -> list[Finding]:
             tree = parse(source)
         except jinja2.TemplateSyntaxError:
             continue
-        texts = [(node.data, node.lineno) for node in tree.find_all(nodes.TemplateData)]
-        texts += [(node.value, node.lineno) for node in tree.find_all(nodes.Const) if isinstance(node.value, str)]
-        for text, line in texts:
+        texts = [(node.data, node.lineno, True) for node in tree.find_all(nodes.TemplateData)]
+        texts += [(v.value, v.lineno, False) for v in tree.find_all(nodes.Const) if isinstance(v.value, str)]
+        for text, first, spans_lines in texts:
             for match in _FULL_DATE.finditer(text):
+                line = first + text.count("\n", 0, match.start()) if spans_lines else first
                 literal = match.group()
                 if _CUTOFF.search(text[max(0, match.start() - 60) : match.start()]):
                     continue  # a knowledge cutoff is fixed on purpose
