@@ -913,7 +913,7 @@ def _pieces(text: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
     """How many pieces ``str.split``/``rsplit``/``splitlines`` can make of ``text``, at most."""
     sep = args[0] if args else kwargs.get("sep")
     if name != "splitlines" and isinstance(sep, (str, bytes)) and sep:
-        return text.count(sep) + 1
+        return int(text.count(sep)) + 1
     return len(text) + 1
 
 
