@@ -85,6 +85,21 @@ RUNAWAYS = {
     "to_bytes": "{{ (1).to_bytes(1000000000, 'big') }}",
     "batch fill": "{{ [1]|batch(1000000, 'x' * 100000)|list|length }}",
     "lipsum": "{{ lipsum(10000000) }}",
+    "lipsum with a negative max": "{{ lipsum(10000000, min=-2, max=-1) }}",
+    "lipsum of empty paragraphs": "{{ lipsum(3000000, min=0, max=1) }}",
+    "lipsum of long paragraphs": "{{ lipsum(2000, min=5000, max=5001) }}",
+    "lipsum inside a loop": "{% for i in range(100000) %}{{ lipsum(100, min=-2, max=-1) }}{% endfor %}",
+    "translate table that amplifies": "{{ ('a' * 100000).translate({97: 'b' * 100000}) }}",
+    "translate a short string by a long value": "{{ 'aaaa'.translate({97: 'b' * 10000000}) }}",
+    "translate by a maketrans table": "{{ ('a' * 10000).translate(''.maketrans({'a': 'b' * 10000})) }}",
+    "translate by a list table": "{{ ('a' * 100000).translate(['c' * 10000] * 128) }}",
+    "unicode_escape of 3M characters": "{{ ('\U0010ffff' * 3000000).encode('unicode_escape') }}",
+    "encode with namereplace": "{{ ('\u00e9' * 1000000).encode('ascii', 'namereplace') }}",
+    "encode with xmlcharrefreplace": "{{ ('\u00e9' * 5000000).encode('ascii', 'xmlcharrefreplace') }}",
+    "decode with backslashreplace": "{{ ('\u00e9' * 5000000).encode('latin-1').decode('ascii', 'backslashreplace') }}",
+    "split into 8M pieces": "{{ ('a,' * 8000000).split(',')|length }}",
+    "split on whitespace": "{{ ('a ' * 8000000).split()|length }}",
+    "splitlines of 15M lines": "{{ ('\n' * 15000000).splitlines()|length }}",
     # --- size: shared parts repeated until printing them would fill memory ------------------------------
     "doubling a list": "{% set ns = namespace(l=['x' * 1000]) %}{% for i in range(60) %}"
     "{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l }}",
@@ -159,11 +174,32 @@ def run_child(source: str, timeout: float = TIMEOUT, max_memory: int = MAX_MEMOR
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+#: built-ins that are refused outright (a SandboxError), at any size: codecs that are quadratic (punycode, idna)
+#: or not text codecs. Each must be refused as fast and as small as a runaway is stopped.
+REFUSED = {
+    "punycode of 20k distinct characters": "{% set s %}{% for i in range(256, 20256) %}{{ '%c' % i }}{% endfor %}"
+    "{% endset %}{{ s.encode('punycode') }}",
+    "punycode of a short string": "{{ 'b\u00fccher'.encode('punycode') }}",
+    "idna of a long label": "{{ ('\u00e9' * 20000).encode('idna') }}",
+    "utf-7": "{{ ('\u00e9' * 100).encode('utf-7') }}",
+    "rot13": "{{ 'abc'.encode('rot13') }}",
+    "hex codec": "{{ 'abc'.encode('hex') }}",
+    "punycode decode of bytes": "{{ 'abc-xyz'.encode().decode('punycode') }}",
+    "codec named by an alias": "{{ 'abc'.encode('PUNYCODE') }}",
+}
+
+
 @cache
 def outcomes() -> dict[str, dict[str, Any]]:
     """Every runaway, rendered in child processes two at a time (the machine has two cores)."""
     with ThreadPoolExecutor(2) as pool:
         return dict(zip(RUNAWAYS, pool.map(run_child, RUNAWAYS.values()), strict=True))
+
+
+@cache
+def refusals() -> dict[str, dict[str, Any]]:
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(REFUSED, pool.map(run_child, REFUSED.values()), strict=True))
 
 
 @pytest.mark.parametrize("name", list(RUNAWAYS))
@@ -175,3 +211,32 @@ def test_runaway_template_ends_in_a_limit_error(name: str) -> None:
     assert outcome["elapsed"] < TIMEOUT + 1, f"stopped after {outcome['elapsed']:.2f} s: {message}"
     grown = outcome["grown"]
     assert grown < 2 * MAX_MEMORY, f"memory grew by {grown / 2**20:.0f} MiB: {message}"
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_costly_or_foreign_codecs_are_refused(name: str) -> None:
+    outcome = refusals()[name]
+    assert outcome["error"] is not None, "the render finished"
+    kind, message = outcome["error"]
+    assert kind == "SandboxError", f"{kind}: {message}"
+    assert "codec" in message and "utf-8" in message, message
+    assert outcome["elapsed"] < TIMEOUT + 1, f"stopped after {outcome['elapsed']:.2f} s: {message}"
+    assert outcome["grown"] < 2 * MAX_MEMORY
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("{{ 'h\u00e9llo'.encode('utf-8') }}", "b'h\\xc3\\xa9llo'"),
+        ("{{ 'abc'.encode('utf-16-le') }}", "b'a\\x00b\\x00c\\x00'"),
+        ("{{ 'h\u00e9'.encode('ascii', 'xmlcharrefreplace') }}", "b'h&#233;'"),
+        ("{{ 'h\u00e9llo'.encode().decode('utf-8') }}", "h\u00e9llo"),
+        ("{{ 'abc'.translate({97: 'xy'}) }}", "xybc"),
+        ("{{ 'a,b,c'.split(',')|length }}", "3"),
+        ("{{ lipsum(2, html=false, min=3, max=4).split('\n\n')|length }}", "2"),
+    ],
+)
+def test_the_same_built_ins_at_ordinary_sizes_still_work(source: str, expected: str) -> None:
+    from chatcodec import ChatTemplate
+
+    assert ChatTemplate(source).render([{"role": "user", "content": "hi"}]) == expected

@@ -24,6 +24,7 @@ from .exceptions import LimitError as LimitError
 from .exceptions import LoadError as LoadError
 from .exceptions import MaskError as MaskError
 from .exceptions import PromptMismatchError as PromptMismatchError
+from .exceptions import RenderWarning as RenderWarning
 from .exceptions import SandboxError as SandboxError
 from .exceptions import SchemaError as SchemaError
 from .exceptions import SpecialTokenError as SpecialTokenError
@@ -117,6 +118,7 @@ __all__ = [
     "MaskError",
     "ParsedConversation",
     "PromptMismatchError",
+    "RenderWarning",
     "Report",
     "SandboxError",
     "SchemaError",

@@ -24,8 +24,9 @@ One base class, so callers can catch everything chatcodec reports with one ``exc
 ``InputError``, ``SchemaError``, ``LoadError`` and ``DecodeError`` also derive from ``ValueError``,
 so code written against transformers' ``ValueError`` keeps working.
 
-One warning, :class:`DecodeWarning` (a ``UserWarning``): a decoder for a template that renders tools
-found no tool-call format in it, so tool calls in the output would stay text.
+Two warnings, both ``UserWarning``: :class:`DecodeWarning`, a decoder for a template that renders tools found
+no tool-call format in it, so tool calls in the output would stay text; and :class:`RenderWarning`, the
+template wrote nothing for a message of a role it does not know.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "LoadError",
     "MaskError",
     "PromptMismatchError",
+    "RenderWarning",
     "SandboxError",
     "SchemaError",
     "SpecialTokenError",
@@ -160,6 +162,11 @@ class DecodeError(ChatcodecError, ValueError):
 class DecodeWarning(UserWarning):
     """A decoder falls back to plain content for a template that renders tools: no tool-call format
     was found in the template, so tool calls in the model's output would stay text."""
+
+
+class RenderWarning(UserWarning):
+    """A message with a role the template does not know was rendered as nothing: its text is not in the
+    prompt, and no error said so (transformers renders it the same way, silently)."""
 
 
 class BackendError(ChatcodecError):

@@ -33,6 +33,7 @@ when a value passes :data:`FAST_SIZE`.
 
 from __future__ import annotations
 
+import codecs
 import gc
 import itertools
 import math
@@ -49,7 +50,7 @@ from typing import Any
 
 from jinja2.filters import make_attrgetter
 
-from .exceptions import InputError, LimitError
+from .exceptions import InputError, LimitError, SandboxError
 
 #: values at most this long are never measured (the check is skipped, not the limit)
 FAST_SIZE = 1 << 12
@@ -359,6 +360,17 @@ def check_size(size: int, what: str = "a value", nbytes: int = 0) -> None:
     """Refuse to build ``what`` of ``size`` characters or items (``nbytes`` bytes) if over the limit; pay if large."""
     if size > FAST_SIZE:
         _ACTIVE.get().budget.big(size, what, nbytes or size)
+
+
+def check_bytes(nbytes: int, what: str) -> None:
+    """Refuse to make ``what`` of about ``nbytes`` bytes if that alone is over the memory limit (before making it:
+    one C call that allocates it all is not stopped by the memory readings between steps)."""
+    limit = _ACTIVE.get().budget.limits.max_memory
+    if nbytes > limit:
+        raise LimitError(
+            f"The template tried to build {what}, about {nbytes // 2**20:,} MiB, over the {limit // 2**20:,} MiB"
+            " memory limit. Raise Limits(max_memory=...) if the input really needs it."
+        )
 
 
 def spend(steps: int) -> None:
@@ -838,8 +850,11 @@ def _join_cost(separator: str, items: Sequence[Any]) -> int:
     return len(separator) * len(items) + text
 
 
-#: str methods whose result can be far longer than the string itself
-SIZED_STR_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs", "replace", "join"})
+#: str methods whose result can be far longer than the string itself, or that cost more than its length
+#: (a codec): never called without :func:`check_str_method`, however short the string
+SIZED_STR_METHODS = frozenset(
+    {"ljust", "rjust", "center", "zfill", "expandtabs", "replace", "join", "encode", "translate"}
+)
 
 
 def check_str_method(text: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -874,6 +889,78 @@ def check_str_method(text: Any, name: str, args: tuple[Any, ...], kwargs: dict[s
         check_size(_join_cost(text, args[0]), "a joined string")
     elif name == "maketrans":
         check_size(sum(len(a) for a in args if isinstance(a, (str, dict))), "a translation table")
+    elif name == "translate" and args:
+        check_size(len(text) * _longest_mapping(args[0]), "a translated string")
+    elif name in ("encode", "decode"):
+        _check_codec(text, name, args, kwargs)
+    elif name in ("split", "rsplit", "splitlines") and size > FAST_SIZE:
+        # a list of up to a piece per character, each a string object of about 64 bytes
+        pieces = _pieces(text, name, args, kwargs)
+        check_bytes(pieces * 64, f"the list of str.{name} ({pieces:,} pieces)")
+        _ACTIVE.get().budget.big(pieces, f"the list of str.{name}", pieces * 64)
+
+
+def _longest_mapping(table: Any) -> int:
+    """The most characters one character can become under ``str.translate(table)`` (at least 1); pays for
+    reading the table."""
+    values = table.values() if isinstance(table, dict) else table if isinstance(table, (list, tuple)) else ()
+    if len(values) > FAST_SIZE:
+        _touch(len(values))
+    return max((len(v) for v in values if isinstance(v, (str, bytes))), default=1) or 1
+
+
+def _pieces(text: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """How many pieces ``str.split``/``rsplit``/``splitlines`` can make of ``text``, at most."""
+    sep = args[0] if args else kwargs.get("sep")
+    if name != "splitlines" and isinstance(sep, (str, bytes)) and sep:
+        return int(text.count(sep)) + 1
+    return len(text) + 1
+
+
+#: codecs a template may use, each with the most bytes (encode) or characters (decode) one character or byte
+#: can become, by their canonical names (``codecs.lookup(name).name``). Others are refused: some are
+#: quadratic (punycode, idna), some are not text codecs at all (rot13, base64, zlib: ``codecs.encode`` only).
+CODECS: dict[str, int] = {
+    "utf-8": 4,
+    "utf-16": 4,
+    "utf-16-le": 4,
+    "utf-16-be": 4,
+    "utf-32": 4,
+    "utf-32-le": 4,
+    "utf-32-be": 4,
+    "ascii": 1,
+    "latin-1": 1,
+    "iso8859-1": 1,
+    "cp1252": 1,
+    "unicode-escape": 10,
+    "raw-unicode-escape": 10,
+}
+
+#: what an error handler may write for one character it cannot encode or one byte it cannot decode
+_ERROR_GROWTH = {"xmlcharrefreplace": 10, "backslashreplace": 10, "namereplace": 100, "surrogatepass": 4}
+
+
+def _check_codec(value: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """``str.encode`` and ``bytes.decode``: only the codecs of :data:`CODECS`, paid for before they run."""
+    encoding = args[0] if args else kwargs.get("encoding", "utf-8")
+    errors = args[1] if len(args) > 1 else kwargs.get("errors", "strict")
+    if not isinstance(encoding, str) or not isinstance(errors, str):
+        return  # the call itself says what is wrong
+    try:
+        canonical = codecs.lookup(encoding).name
+    except LookupError:
+        return  # an unknown codec: the call raises LookupError
+    growth = CODECS.get(canonical)
+    if growth is None:
+        allowed = ", ".join(CODECS)
+        raise SandboxError(
+            f"Chat templates cannot {name} with the {encoding!r} codec (it is not a text codec, or costs more than"
+            f" its input); the codecs allowed are {allowed}."
+        )
+    growth = max(growth, _ERROR_GROWTH.get(errors, 1))
+    if isinstance(value, str) and value.isascii() and growth == 4:
+        growth = 1 if canonical == "utf-8" else 4
+    check_size(len(value) * growth, f"a {'bytes value' if name == 'encode' else 'string'} ({canonical})")
 
 
 def call_str_method(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -881,7 +968,8 @@ def call_str_method(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     name = method.__name__
     if name == "join" and args:
         args = (list(counted_input(args[0], "str.join")), *args[1:])
-    check_str_method(method.__self__, name, args, kwargs)
+    # str.maketrans is a static method: it has no string of its own
+    check_str_method("" if method.__self__ is None else method.__self__, name, args, kwargs)
     return _made(method(*args, **kwargs), "a string")
 
 

@@ -18,6 +18,7 @@ import dataclasses
 import inspect
 import marshal
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from threading import get_ident as _get_ident
@@ -25,14 +26,23 @@ from typing import Any
 
 from . import polyfills, sandbox
 from .capabilities import Capabilities, probe
-from .exceptions import InputError, TemplateNotFoundError, TemplateRaisedError, TemplateRuntimeError
+from .exceptions import (
+    InputError,
+    RenderWarning,
+    TemplateNotFoundError,
+    TemplateRaisedError,
+    TemplateRuntimeError,
+)
 from .footprint import ALIASED
 from .limits import DEFAULT_LIMITS, Budget, Limits
 from .limits import current as _current_state
 from .limits import recorded as _recorded_state
 from .sandbox import SCALARS
 
-__all__ = ["ChatTemplate"]
+__all__ = ["ChatTemplate", "unwritten"]
+
+#: the roles chat templates know; a message of another role that a template writes as nothing is worth a warning
+KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function", "ipython"})
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 #: appended to the text being continued, then found again in the output (§2.7); note the trailing space
@@ -174,6 +184,14 @@ class ChatTemplate:
             messages, tools, documents, add_generation_prompt, continue_final_message, now, chat_template,
             template_kwargs, track_generation=False, polyfill=polyfill,
         )  # fmt: skip
+        for index in unwritten(messages, text):
+            role = messages[index].get("role")
+            warnings.warn(
+                f"the template wrote nothing for messages[{index}] (role {role!r}, a role it does not know):"
+                " its text is not in the prompt",
+                RenderWarning,
+                stacklevel=2,
+            )
         return text, applied
 
     def render_spans(
@@ -448,6 +466,27 @@ def _load_compiler() -> Any:
     _COMPILER = compiler
     _FAST_TEMPLATE = compiler.FastTemplate
     return compiler
+
+
+def unwritten(messages: Sequence[Any], text: str) -> list[int]:
+    """The indices of the messages of a role outside :data:`KNOWN_ROLES` whose text the rendered ``text`` does not
+    hold: the template wrote nothing for them (:meth:`ChatTemplate.render_with_report` warns of each).
+
+    >>> unwritten([{"role": "user", "content": "Hi"}, {"role": "wizard", "content": "Abracadabra"}], "user: Hi")
+    [1]
+    """
+    out = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping) or message.get("role") in KNOWN_ROLES:
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # parts: their texts
+            content = "".join(
+                p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+            )
+        if isinstance(content, str) and content.strip() and content.strip() not in text:
+            out.append(index)
+    return out
 
 
 # --- preprocessing: what the template sees ---------------------------------------------------------

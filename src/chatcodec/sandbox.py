@@ -19,6 +19,7 @@ construction; what differs is how it gets there:
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import re
@@ -315,7 +316,14 @@ def _refuse_name(name: str) -> None:
 
 
 def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
-    limits.check_size(n * max * 12, "lorem ipsum text")
+    """jinja2's ``lipsum``, paid for before it runs: ``n`` paragraphs of up to ``max`` words (``min`` when it is
+    the larger), each word up to 12 characters; a paragraph costs its overhead even when it has no words."""
+    for name, value in (("n", n), ("min", min), ("max", max)):
+        if type(value) is not int:
+            raise TypeError(f"lipsum({name}=...) takes a whole number, not {type(value).__name__}")
+    paragraphs, words = builtins.max(n, 0), builtins.max(min, max, 0)
+    limits.check_size(paragraphs * (words * 12 + 16), "lorem ipsum text")
+    limits.active().check_items(paragraphs * (words + 1), "lipsum")  # a random draw per word, in Python
     return str(jinja2.utils.generate_lorem_ipsum(n=n, html=html, min=min, max=max))
 
 

@@ -16,10 +16,19 @@ A reading is returned only if rendering it gives the prompt back byte for byte, 
 :class:`~chatcodec.PromptMismatchError` says how far the prompt follows the template. What comes back is *a*
 conversation that renders the prompt: what the template drops (the reasoning of earlier turns, whitespace it
 trims) is not in the prompt to be read.
+
+The work is bounded, linear in the prompt: every search step, every character searched, decoded or checked for
+markup, and every render back is paid for from one budget of :data:`WORK_BASE` plus :data:`WORK_PER_CHAR`
+per character of the prompt, counted in units of about a microsecond (the costs are measured on hostile and
+ordinary prompts); each assistant text is decoded once, however many readings hold it. A prompt the budget cannot
+read is refused with :class:`~chatcodec.PromptMismatchError`, which says so. On the reference machine that is
+about 2 s per MB of prompt on an idle core, and at most 0.5 s plus 4 s per MB on a loaded one (measured
+up to 10 MB), whatever the prompt holds.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
 import itertools
@@ -40,7 +49,7 @@ from .render import ChatTemplate
 from .templates import content_key
 from .vocab import common_prefix
 
-__all__ = ["ParsedConversation", "parse_conversation"]
+__all__ = ["WORK_BASE", "WORK_PER_CHAR", "ParsedConversation", "parse_conversation"]
 
 #: the roles a prompt is read in, the likelier first where a template writes two alike
 _ROLES = ("system", "user", "assistant", "tool")
@@ -48,10 +57,19 @@ _ROLES = ("system", "user", "assistant", "tool")
 _ENDINGS = ("end", "generation", "open")
 #: probe conversations have up to this many messages
 _PROBE_LENGTH = 3
-#: readings rendered back before giving up, and reading steps (more for a longer prompt): a bound on the
-#: work a prompt full of glue-like text can cause
+#: readings rendered back before giving up
 _MAX_RENDERS = 12
-_MAX_STEPS = 20_000
+#: the work one parse may do, in units of about a microsecond: this much, plus this much per prompt character
+WORK_BASE = 200_000
+WORK_PER_CHAR = 1.5
+#: what each kind of work costs, in those units (measured by bench/bench_unrender.py)
+_STEP_COST = 3.0  # one step of the search: a message's text ended at one more place
+_FRAME_COST = 25.0  # a message begun: the places its text may end, gathered from every glue
+_SCAN_COST = 0.002  # a character searched for a glue (str.find, in C)
+_DECODE_COST = 4.0  # a character of an assistant text run through the template's decoder (in Python)
+_MARKUP_COST = 0.02  # a character checked for the template's markup
+_MESSAGE_COST = 3.0  # a message of a reading put together as a dict
+_RENDER_COST = 0.25  # a character of a render back
 #: grammars kept (one per template and distinct set of tools and template variables)
 _KEPT = 64
 
@@ -117,19 +135,19 @@ def parse_conversation(
     if documents is not None:
         options["documents"] = documents
     grammar = _grammar(chat, options)
-    reader = _Reader(prompt, grammar)
     decoders = grammar.decoders
     assert decoders is not None  # set when the grammar was learned
-    check = _Check(chat, prompt, options)
-    marked = None
+    work = _Work(len(prompt))
+    texts = _Texts(prompt, grammar, decoders, work)
+    reader = _Reader(prompt, grammar, work, texts if strict else None)
+    check = _Check(chat, prompt, options, work)
     later: list[tuple[list[dict[str, Any]], str]] = []  # readings whose texts hold markup, tried last
     for reading, ending in reader.readings():
-        if check.spent:
+        if check.spent or work.spent:
             break
-        for messages in _forms(reading, ending, decoders):
-            found = _markup(messages, grammar.structure)
+        for messages, found in _forms(reading, ending, texts):
             if found is not None:
-                marked = marked or found
+                texts.marked = texts.marked or found
                 if not strict and len(later) < _MAX_RENDERS:
                     later.append((messages, ending))
             elif (parsed := check.renders_back(messages, ending)) is not None:
@@ -138,18 +156,47 @@ def parse_conversation(
         if (parsed := check.renders_back(messages, ending)) is not None:
             return parsed
     why = _mismatch(chat, prompt, reader.furthest, check.closest, grammar, options)
-    if marked is not None and strict:
-        why += f" (Readings whose texts hold the template's own markup, {marked!r}, are not taken: strict=True.)"
+    if work.spent:
+        why += (
+            f" (The reading stopped at its work budget, {work.budget:,.0f} units for {len(prompt):,} characters:"
+            " the prompt holds text that reads many ways.)"
+        )
+    if texts.marked is not None and strict:
+        why += f" (Readings whose texts hold the template's own markup, {texts.marked!r}, are not taken: strict=True.)"
     raise PromptMismatchError(why)
+
+
+class _Work:
+    """What one parse may still spend, in units of about a microsecond (:data:`WORK_BASE` and
+    :data:`WORK_PER_CHAR`); every kind of work pays before or as it runs."""
+
+    __slots__ = ("budget", "left")
+
+    def __init__(self, length: int) -> None:
+        self.budget = WORK_BASE + WORK_PER_CHAR * length
+        self.left = self.budget
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= 0
+
+    def afford(self, units: float) -> bool:
+        """Pay ``units`` if they are left (True); otherwise spend everything (False): the parse stops."""
+        if units > self.left:
+            self.left = 0
+            return False
+        self.left -= units
+        return True
 
 
 class _Check:
     """Readings rendered back, at most :data:`_MAX_RENDERS` of them; the closest miss is kept for the error."""
 
-    def __init__(self, template: ChatTemplate, prompt: str, options: dict[str, Any]) -> None:
+    def __init__(self, template: ChatTemplate, prompt: str, options: dict[str, Any], work: _Work) -> None:
         self.template = template
         self.prompt = prompt
         self.options = options
+        self.work = work
         self.renders = 0
         #: how far the rendered reading that agrees with the prompt longest agrees, and what it has there
         self.closest = (-1, "")
@@ -161,7 +208,7 @@ class _Check:
     def renders_back(self, messages: list[dict[str, Any]], ending: str) -> ParsedConversation | None:
         """The parsed conversation if ``messages``, ending so, render into the prompt; None otherwise (or when
         the renders are spent)."""
-        if self.spent:
+        if self.spent or not self.work.afford(_RENDER_COST * len(self.prompt)):
             return None
         self.renders += 1
         generation, open_ = ending == "generation", ending == "open"
@@ -179,15 +226,14 @@ class _Check:
         return None
 
 
-def _markup(messages: list[dict[str, Any]], structure: list[str]) -> str | None:
-    """The first piece of the template's markup in a text or reasoning of the messages, if any."""
-    for message in messages:
-        for key in ("content", "reasoning_content"):
-            text = message.get(key)
-            if isinstance(text, str):
-                for piece in structure:
-                    if piece in text:
-                        return piece
+def _markup_in(message: dict[str, Any], structure: list[str]) -> str | None:
+    """The first piece of the template's markup in the message's text or reasoning, if any."""
+    for key in ("content", "reasoning_content"):
+        text = message.get(key)
+        if isinstance(text, str):
+            for piece in structure:
+                if piece in text:
+                    return piece
     return None
 
 
@@ -427,18 +473,11 @@ class _Step:
     fields: tuple[tuple[str, str], ...] = ()
 
 
-#: where a message's text may end: (the end, -the length of what follows, the rank of the next role, the next
-#: role or None at the prompt's end, the glue or how the prompt ends, whether the glue opens the next reasoning,
-#: the next message's fields read from the glue's slots)
-_Place = tuple[int, int, int, str | None, str, bool, tuple[tuple[str, str], ...]]
-
-
-def _order(place: _Place) -> tuple[int, int, int]:
-    return place[0], place[1], place[2]
-
-
-#: a message read: its role, its text, whether the text before it opened its reasoning, and fields from slots
-_Read = tuple[str, str, bool, tuple[tuple[str, str], ...]]
+#: a place a message's text may end, as the search keeps it (a heap entry): (the end, -the length of what follows,
+#: the rank of the next role or -1 at the prompt's end, a serial number (ties go no further), the glue's index in
+#: the role's glues or -1 for a tail, the glue's cursor in its occurrences, how the prompt ends for a tail or the
+#: fields read from the glue's slots)
+_Place = tuple[int, int, int, int, int, int, Any]
 
 
 @functools.lru_cache(maxsize=256)
@@ -465,17 +504,25 @@ _RANK = {role: rank for rank, role in enumerate(_ROLES)}
 class _Reader:
     """Every reading of a prompt as head, message texts joined by glues, and tail, most likely first."""
 
-    def __init__(self, prompt: str, grammar: _Grammar) -> None:
+    def __init__(self, prompt: str, grammar: _Grammar, work: _Work, texts: _Texts | None) -> None:
         self.prompt = prompt
         self.grammar = grammar
+        self.work = work
+        #: with strict readings: the texts, to cut off every reading through a message whose every form holds
+        #: the template's markup
+        self.texts = texts
         #: how far into the prompt any reading got (where it stops following the template), -1: not started
         self.furthest = -1
+        #: where each glue occurs in the prompt, found once (:meth:`_found`), and each role's glues
+        self._occurrences: dict[str, list[int]] = {}
+        self._tables: dict[str, tuple[list[tuple[int, int, str]], list[_Glue]]] = {}
+        self._serial = itertools.count()
 
-    def readings(self) -> Iterator[tuple[list[_Read], str]]:
-        """Every reading (messages as role, text and whether the text before opened their reasoning, and how
-        the prompt ends), depth first: from the longest head, each message's text ending at the earliest place
-        a glue to a next message (or the tail) follows; the places are found as the search reaches them."""
-        prompt = self.prompt
+    def readings(self) -> Iterator[tuple[_Step, str]]:
+        """Every reading (its last message, which links to the ones before, and how the prompt ends), depth
+        first: from the longest head, each message's text ending at the earliest place a glue to a next message
+        (or the tail) follows; the places are found as the search reaches them. Each step is paid for."""
+        prompt, work, texts = self.prompt, self.work, self.texts
         # the longest head first: text the template writes itself (a default system prompt) is not a message
         heads = self.grammar.heads.items()
         starts = sorted(
@@ -487,84 +534,219 @@ class _Reader:
             ),
             reverse=True,
         )
-        steps, budget = 0, _MAX_STEPS + len(prompt) // 8
         for at, _, role in starts:
             # each frame: a message being read (its role, start, whether its reasoning is open, the one before)
             # and the places its text may end, not yet tried
-            stack: list[tuple[str, int, bool, _Step | None, Iterator[_Place], tuple[tuple[str, str], ...]]] = [
+            stack: list[tuple[str, int, bool, _Step | None, list[_Place], tuple[tuple[str, str], ...]]] = [
                 (role, at, False, None, self._ends(role, at), ())
             ]
-            while stack and steps < budget:
-                steps += 1
+            while stack and work.afford(_STEP_COST):
                 role, at, opened, before, ends, fields = stack[-1]
                 self.furthest = max(self.furthest, at)
-                found = next(ends, None)
-                if found is None:
+                if not ends:
                     stack.pop()
                     continue
-                end, length, _, following, what, opens, slots = found
+                end, length, _, _, index, cursor, payload = heapq.heappop(ends)
                 step = _Step(role, at, end, opened, before, fields)
-                if following is None:
-                    yield self._messages(step), what
+                if index >= 0:
+                    glue = self._table(role)[1][index]
+                    self._push(ends, glue, index, cursor + 1)  # the same glue's next place
+                if texts is not None and texts.hopeless(step):
+                    continue  # every reading through this text holds markup: none is taken (strict)
+                if index < 0:
+                    yield step, payload
                 else:
+                    following, opens = glue[0], glue[2]
                     start = end - length
-                    stack.append((following, start, opens, step, self._ends(following, start), slots))
+                    stack.append((following, start, opens, step, self._ends(following, start), payload))
 
-    def _ends(self, role: str, at: int) -> Iterator[_Place]:
-        """Where the text of a ``role`` message starting at ``at`` may end (:data:`_Place`), earliest first,
-        then the longest text after it, then the likelier next role."""
-        prompt = self.prompt
-        tails = []
-        for ending, tail in self.grammar.tails.get(role, ()):
-            end = len(prompt) - len(tail)
-            if end >= at and prompt.endswith(tail):
-                tails.append((end, -len(tail), -1, None, ending, False, ()))
-        tails.sort(key=_order)
-
-        def places(following: str, glue: str, opens: bool) -> Iterator[_Place]:
-            if _SLOT in glue:
-                for match in _pattern(glue).finditer(prompt, at):
-                    found = tuple((_SLOT_FIELDS[k], v) for k, v in match.groupdict().items())
-                    yield (match.start(), match.start() - match.end(), _RANK[following], following, glue, opens, found)
-                return
-            end = prompt.find(glue, at)
-            while end >= 0:
-                yield (end, -len(glue), _RANK[following], following, glue, opens, ())
-                end = prompt.find(glue, end + 1)
-
-        glues = [places(*glue) for glue in self.grammar.glues.get(role, ()) if glue[1]]  # "" says nothing
-        return heapq.merge(tails, *glues, key=_order)
-
-    def _messages(self, last: _Step) -> list[_Read]:
-        out = []
-        step: _Step | None = last
-        while step is not None:
-            out.append((step.role, self.prompt[step.start : step.end], step.opened, step.fields))
-            step = step.before
-        out.reverse()
-        return out
-
-
-def _forms(reading: list[_Read], ending: str, decoders: _AssistantDecoders) -> Iterator[list[dict[str, Any]]]:
-    """The messages of a reading, most structured first: assistant texts read by the template's decoder into
-    reasoning and tool calls (their text without the whitespace a template writes after reasoning, then as
-    it is), then every text as it is. The last message's text stays whole when the prompt leaves it open."""
-    plain = [{"role": role, "content": text, **dict(fields)} for role, text, _, fields in reading]
-    decoded = list(plain)
-    for index, (role, text, opened, _) in enumerate(reading):
-        if role == "assistant" and not (ending == "open" and index == len(reading) - 1):
-            decoded[index] = decoders.decode(text, opened) or plain[index]
-    if decoded != plain:
-        trimmed = [
-            {**message, "content": message["content"].lstrip()}
-            if message.get("reasoning_content") and isinstance(message.get("content"), str)
-            else message
-            for message in decoded
+    def _ends(self, role: str, at: int) -> list[_Place]:
+        """Where the text of a ``role`` message starting at ``at`` may end, as a heap: earliest first, then the
+        longest text after it, then the likelier next role. Each glue is in it by its next place only, and the
+        search puts the one after in when it takes one (:meth:`_push`)."""
+        self.work.afford(_FRAME_COST)
+        tails, glues = self._table(role)
+        serial = self._serial
+        heap: list[_Place] = [
+            (end, negative, -1, next(serial), -1, 0, ending) for end, negative, ending in tails if end >= at
         ]
-        if trimmed != decoded:
-            yield trimmed
-        yield decoded
-    yield plain
+        for index, glue in enumerate(glues):
+            self._push(heap, glue, index, bisect.bisect_left(glue[3], at), heapify=False)
+        heapq.heapify(heap)
+        return heap
+
+    def _push(self, heap: list[_Place], glue: _Glue, index: int, cursor: int, *, heapify: bool = True) -> None:
+        """Put the place of ``glue`` (the role's glue ``index``) at or after occurrence ``cursor`` of its literal start
+        into the heap, if there is one; a glue with slots must match there."""
+        _, text, _, found, rank, negative, pattern = glue
+        while cursor < len(found):
+            start = found[cursor]
+            place: _Place
+            if pattern is None:
+                place = (start, negative, rank, next(self._serial), index, cursor, ())
+            else:
+                self.work.afford(_SCAN_COST * len(text))
+                match = pattern.match(self.prompt, start)
+                if match is None:
+                    cursor += 1
+                    continue
+                fields = tuple((_SLOT_FIELDS[k], v) for k, v in match.groupdict().items())
+                place = (start, start - match.end(), rank, next(self._serial), index, cursor, fields)
+            if heapify:
+                heapq.heappush(heap, place)
+            else:
+                heap.append(place)
+            return
+
+    def _table(self, role: str) -> tuple[list[tuple[int, int, str]], list[_Glue]]:
+        """What can follow a ``role`` message, found once per prompt: the tails the prompt ends with (where the
+        text would end, -the tail's length, how the prompt ends), and the glues (:data:`_Glue`)."""
+        known = self._tables.get(role)
+        if known is None:
+            prompt = self.prompt
+            tails = sorted(
+                (len(prompt) - len(tail), -len(tail), ending)
+                for ending, tail in self.grammar.tails.get(role, ())
+                if prompt.endswith(tail)
+            )
+            glues: list[_Glue] = []
+            for following, glue, opens in self.grammar.glues.get(role, ()):
+                lead = glue.split(_SLOT)[0]
+                if lead:  # "" says nothing (and a glue must start with text to be found)
+                    pattern = _pattern(glue) if _SLOT in glue else None
+                    glues.append((following, glue, opens, self._found(lead), _RANK[following], -len(glue), pattern))
+            known = self._tables[role] = (tails, glues)
+        return known
+
+    def _found(self, text: str) -> list[int]:
+        """Where ``text`` occurs in the prompt, in order. The prompt is searched for it once (paid for then), not
+        again from each message: a glue that occurs rarely would be searched for to the end of the prompt from
+        every message otherwise."""
+        found = self._occurrences.get(text)
+        if found is None:
+            self.work.afford(_SCAN_COST * len(self.prompt))
+            found = self._occurrences[text] = []
+            end = self.prompt.find(text)
+            while end >= 0:
+                found.append(end)
+                end = self.prompt.find(text, end + 1)
+            self.work.afford(_STEP_COST * len(found) / 8)
+        return found
+
+
+#: a glue as the search uses it: (the next role, the glue, whether it opens the next reasoning, where its literal
+#: start occurs in the prompt, the next role's rank, -its length, its pattern if it has slots)
+_Glue = tuple[str, str, bool, list[int], int, int, "re.Pattern[str] | None"]
+
+
+@dataclass(slots=True)
+class _Text:
+    """One message text of the prompt (a span), in each form a reading may give it, with the markup each holds."""
+
+    plain: dict[str, Any]
+    plain_markup: str | None
+    #: the assistant text read by the template's decoder (None: the same as plain), and the markup it holds
+    decoded: dict[str, Any] | None = None
+    decoded_markup: str | None = None
+    #: the decoded message with the whitespace a template writes after reasoning taken off its text (None: the
+    #: same as decoded)
+    trimmed: dict[str, Any] | None = None
+    trimmed_markup: str | None = None
+
+    @property
+    def hopeless(self) -> bool:
+        """Every form of it holds markup: no strict reading through it is taken."""
+        return (
+            self.plain_markup is not None
+            and (self.decoded is None or self.decoded_markup is not None)
+            and (self.trimmed is None or self.trimmed_markup is not None)
+        )
+
+
+class _Texts:
+    """The message texts the readings of one prompt are made of, each read (decoded, checked for markup) once
+    however many readings share it, and paid for when it is."""
+
+    def __init__(self, prompt: str, grammar: _Grammar, decoders: _AssistantDecoders, work: _Work) -> None:
+        self.prompt = prompt
+        self.structure = grammar.structure
+        self.decoders = decoders
+        self.work = work
+        self._texts: dict[tuple[int, int, bool, bool, tuple[tuple[str, str], ...], str], _Text] = {}
+        #: the first piece of markup a text of a reading held, for the error
+        self.marked: str | None = None
+
+    def get(self, step: _Step, *, last_open: bool = False) -> _Text:
+        """The forms of ``step``'s text; the text of a last message the prompt leaves open stays plain."""
+        key = (step.start, step.end, step.opened, last_open, step.fields, step.role)
+        known = self._texts.get(key)
+        if known is not None:
+            return known
+        text = self.prompt[step.start : step.end]
+        self.work.afford((_MARKUP_COST * max(1, len(self.structure) >> 3) + _SCAN_COST) * len(text))
+        plain = {"role": step.role, "content": text, **dict(step.fields)}
+        entry = _Text(plain, _markup_in(plain, self.structure))
+        if step.role == "assistant" and not last_open:
+            decoded = self.decoders.decode(text, step.opened, self.work)
+            if decoded is not None:
+                entry.decoded, entry.decoded_markup = decoded, _markup_in(decoded, self.structure)
+                if decoded.get("reasoning_content") and isinstance(decoded.get("content"), str):
+                    trimmed = {**decoded, "content": decoded["content"].lstrip()}
+                    if trimmed != decoded:
+                        entry.trimmed, entry.trimmed_markup = trimmed, _markup_in(trimmed, self.structure)
+        self._texts[key] = entry
+        return entry
+
+    def hopeless(self, step: _Step) -> bool:
+        """Whether every strict reading through ``step`` is refused for markup (noted for the error)."""
+        entry = self.get(step)
+        if entry.hopeless:  # its plain form holds markup too, which a last message left open keeps
+            self.marked = self.marked or entry.plain_markup
+            return True
+        return False
+
+
+def _forms(last: _Step, ending: str, texts: _Texts) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
+    """The messages of a reading, most structured first, each with the first markup its texts hold: assistant
+    texts read by the template's decoder into reasoning and tool calls (their text without the whitespace a
+    template writes after reasoning, then as it is), then every text as it is. The last message's text stays
+    whole when the prompt leaves it open."""
+    steps: list[_Step] = []
+    step: _Step | None = last
+    while step is not None:
+        steps.append(step)
+        step = step.before
+    steps.reverse()
+    texts.work.afford(_MESSAGE_COST * len(steps))
+    entries = [texts.get(s, last_open=ending == "open" and index == len(steps) - 1) for index, s in enumerate(steps)]
+    plain = [e.plain for e in entries]
+    plain_markup = next((e.plain_markup for e in entries if e.plain_markup is not None), None)
+    if any(e.decoded is not None for e in entries):
+        decoded = [e.decoded if e.decoded is not None else e.plain for e in entries]
+        decoded_markup = next(
+            (m for e in entries if (m := e.decoded_markup if e.decoded is not None else e.plain_markup) is not None),
+            None,
+        )
+        if any(e.trimmed is not None for e in entries):
+            trimmed = [e.trimmed if e.trimmed is not None else d for e, d in zip(entries, decoded, strict=True)]
+            trimmed_markup = next(
+                (
+                    m
+                    for e in entries
+                    if (
+                        m := e.trimmed_markup
+                        if e.trimmed is not None
+                        else e.decoded_markup
+                        if e.decoded is not None
+                        else e.plain_markup
+                    )
+                    is not None
+                ),
+                None,
+            )
+            yield trimmed, trimmed_markup
+        yield decoded, decoded_markup
+    yield plain, plain_markup
 
 
 class _AssistantDecoders:
@@ -576,11 +758,25 @@ class _AssistantDecoders:
         self.template = template
         self.tools = options.get("tools")
         self._decoders: dict[bool, Any] = {}
+        #: by ``opened``: the markers without which a text is content alone (none: it must be decoded)
+        self._markers: dict[bool, tuple[str, ...]] = {}
 
-    def decode(self, text: str, opened: bool) -> dict[str, Any] | None:
-        """The message, or None when the text holds neither reasoning nor tool calls (or the format has none)."""
+    def decode(self, text: str, opened: bool, work: _Work) -> dict[str, Any] | None:
+        """The message, or None when the text holds neither reasoning nor tool calls (or the format has none, or
+        ``work`` cannot pay for decoding it)."""
         decoder = self._decoder(opened)
         if decoder is None:
+            return None
+        markers = self._markers.get(opened)
+        if markers is None:
+            fmt = decoder.format
+            plain = not opened and not decoder.options.forced_open and not fmt.uses_tag
+            markers = self._markers[opened] = fmt.markers if plain else ()
+        if markers:
+            work.afford(_SCAN_COST * len(text) * len(markers))
+            if not any(marker in text for marker in markers):
+                return None  # no marker of its reasoning or calls: the text is content (decoding it says so, slowly)
+        if not work.afford(_DECODE_COST * len(text)):
             return None
         message = decoder.decode(text)
         if not message.reasoning_content and not message.tool_calls:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 import chatcodec
@@ -87,6 +90,60 @@ def test_hard_coded_date() -> None:
     assert only(ChatTemplate(clocked), "hard-coded-date") == []
 
 
+@pytest.mark.parametrize(
+    "written",
+    [
+        "Today Date: 26 Jul 2024",
+        "{{ 'Date: ' ~ '2024-07-26' }}",
+        "It is July 4, 2020.",
+        "{% set today = 'x' %}Current date: 03/12/2026",
+        "{{ (messages[0].date | default('1st of January 2025')) }}",
+    ],
+)
+def test_fixed_date(written: str) -> None:
+    source = f"<|im_start|>system\n{written}<|im_end|>\n" + CLEAN
+    [finding] = only(ChatTemplate(source), "fixed-date")
+    assert finding.severity == "warning" and finding.line == 2  # the line the date is on
+    assert "whatever day it is rendered on" in finding.message
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "Knowledge cutoff: December 2023",  # a month and a year: a cutoff, not today
+        "Your knowledge base was last updated on 2023-10-01.",  # a cutoff, fixed on purpose
+        "Today Date: {{ strftime_now('%d %b %Y') }}",  # the real date
+        "{% if false %}Today is 26 Jul 2024.{% endif %}",  # never written
+        "Version 2024.1",  # not a date
+    ],
+)
+def test_no_fixed_date(written: str) -> None:
+    source = f"<|im_start|>system\n{written}<|im_end|>\n" + CLEAN
+    assert only(ChatTemplate(source), "fixed-date") == []
+
+
+def test_every_engine_sentence_reads_as_one() -> None:
+    from chatcodec.inspection.engines import RULES
+
+    for rule in RULES.values():
+        sentence = f"{rule.what}; renders differently in {rule.engines}"
+        assert "without them fail" not in sentence, sentence
+        assert not re.search(r"\bin \w+ \w+ them fail\b", sentence), sentence
+    assert RULES["engine-host-function"].engines.startswith("runtimes that do not provide them")
+
+
+def test_inspection_modules_import_in_one_direction() -> None:
+    """linting -> report -> text, with nothing back, not even for types."""
+    import ast
+
+    package = Path(chatcodec.__file__).parent / "inspection"
+    text = ast.parse((package / "text.py").read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(text) if isinstance(node, ast.ImportFrom)}
+    assert not imported & {"linting", "report"}, imported
+    report = ast.parse((package / "report.py").read_text(encoding="utf-8"))
+    assert "linting" not in {node.module for node in ast.walk(report) if isinstance(node, ast.ImportFrom)}
+
+
 def test_special_token_injection() -> None:
     source = CLEAN.replace("(m.content or '') | replace('<|im_end|>', '') | replace('<|im_start|>', '')", "m.content")
     [finding] = only(ChatTemplate(source), "special-token-injection")
@@ -154,6 +211,7 @@ def test_every_corpus_template_lints() -> None:
         seen[name] = {f.code for f in findings}
     # what the corpus is known to hold, found
     assert "hard-coded-date" in seen["meta-llama-Llama-3.1-8B-Instruct"]
+    assert "fixed-date" not in seen["meta-llama-Llama-3.1-8B-Instruct"]  # reported once, as the default it is
     assert "raises-on-role" in seen["google-gemma-2-2b-it"]
     assert "not-prefix-stable" in seen["Qwen-Qwen3-0.6B"]
     assert "not-prefix-stable" not in seen["chujiezheng-qwen2.5-instruct"]

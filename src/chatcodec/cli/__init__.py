@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from .common import ArgumentParser
+from .common import ArgumentParser, add_input_limit
 from .common import run as run_command
 
 __all__ = ["COMMANDS", "main"]
@@ -59,5 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == chosen:  # only the command that runs is imported and configured
             module = importlib.import_module(module_name)
             module.configure(sub)
+            add_input_limit(sub)
             sub.set_defaults(run=module.run)
     return run_command(parser, arguments)

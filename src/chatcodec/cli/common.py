@@ -10,7 +10,9 @@ an option means one thing in every command:
 * ``-t/--template NAME|PATH`` and ``--tokenizer PATH`` (:func:`template_from`, :func:`codec_from`);
 * ``--var KEY=VALUE``, ``--vars JSON`` and ``--tools FILE`` (:func:`variables_from`, :func:`tools_from`);
 * ``--json`` for programs and ``--show`` for people (:func:`add_output_options`);
-* ``--max-output N`` and ``--timeout SECONDS``, the render budget (:func:`limits_from`).
+* ``--max-output N`` and ``--timeout SECONDS``, the render budget (:func:`limits_from`);
+* ``--max-input SIZE`` (every command): the most bytes a command reads from one input file or stdin,
+  :data:`MAX_INPUT_BYTES` by default (:func:`read_input`, :func:`read_text`).
 
 Errors: a command raises :class:`~chatcodec.ChatcodecError` for anything the user can fix, and
 :func:`run` prints it as one line on stderr with exit code 2. Any other exception is a chatcodec bug;
@@ -24,13 +26,14 @@ import json
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..exceptions import ChatcodecError, InputError
+from ..exceptions import ChatcodecError, InputError, RenderWarning
 from ..limits import Limits
 from ..polyfills import POLYFILLS, Polyfill
 from ..render import ChatTemplate
@@ -41,8 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_USAGE",
+    "MAX_INPUT_BYTES",
     "ArgumentParser",
     "Request",
+    "add_input_limit",
     "add_limit_options",
     "add_output_options",
     "add_render_options",
@@ -53,12 +58,17 @@ __all__ = [
     "color_wanted",
     "fail",
     "flush_notes",
+    "in_flags",
+    "input_limit",
     "limits_from",
     "note",
     "positive_float",
     "positive_int",
+    "read_input",
     "read_json",
     "read_request",
+    "read_text",
+    "refuse_overwriting",
     "render_options_from",
     "run",
     "template_from",
@@ -67,6 +77,8 @@ __all__ = [
 ]
 
 EXIT_USAGE = 2
+#: the most bytes a command reads from one input (a file, stdin) unless --max-input raises it
+MAX_INPUT_BYTES = 64 * 2**20
 #: the template ``render`` uses when neither ``--template`` nor ``--tokenizer`` names one
 DEFAULT_TEMPLATE = "chatml"
 #: arguments of ``ChatTemplate.render`` and ``Codec.encode``: a template variable cannot take these names
@@ -101,10 +113,14 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     _notes.clear()
+    _input_limit[0] = getattr(args, "max_input", None) or MAX_INPUT_BYTES
     try:
-        code = command(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", RenderWarning)
+            warnings.showwarning = _show_warning
+            code = command(args)
     except ChatcodecError as exc:
-        return fail(str(exc))
+        return fail(in_flags(str(exc)))
     except RecursionError:
         return fail("the input nests too deeply (or refers to itself); pass plain JSON-like data")
     except BrokenPipeError:
@@ -123,6 +139,29 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         )
     flush_notes()
     return code
+
+
+#: what the library's errors tell a caller to raise, and the command-line flag that raises it
+_FLAGS = {
+    "Limits(max_output=...)": "the limit with --max-output N",
+    "Limits(timeout=...)": "the limit with --timeout SECONDS",
+}
+
+
+def in_flags(message: str) -> str:
+    """A library error as the command line says it: ``Limits(max_output=...)`` becomes ``--max-output N``.
+
+    >>> in_flags("Raise Limits(timeout=...) if the input really needs it.")
+    'Raise the limit with --timeout SECONDS if the input really needs it.'
+    """
+    for setting, flag in _FLAGS.items():
+        message = message.replace(setting, flag)
+    return message
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    """A library warning as the command line says it: one ``chatcodec: warning:`` line on stderr."""
+    print(f"chatcodec: warning: {message}", file=sys.stderr)
 
 
 def fail(message: str) -> int:
@@ -160,32 +199,104 @@ def color_wanted() -> bool:
     return sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
 
 
-# --- reading JSON and requests -----------------------------------------------------------------------
+# --- reading inputs, JSON and requests -----------------------------------------------------------------
+
+#: the input limit of the command that runs (``--max-input``), set by :func:`run`
+_input_limit = [MAX_INPUT_BYTES]
+
+
+def add_input_limit(parser: argparse.ArgumentParser) -> None:
+    """``--max-input SIZE``: the most bytes one input may hold (every command takes it)."""
+    parser.add_argument(
+        "--max-input",
+        type=byte_size,
+        metavar="SIZE",
+        help=f"the most bytes read from one input file or stdin, e.g. 200M or 2G (default: {MAX_INPUT_BYTES >> 20}M)",
+    )
+
+
+def byte_size(text: str) -> int:
+    """An argparse ``type``: a number of bytes, with an optional K, M or G (powers of 1024)."""
+    number, unit = (text[:-1], text[-1].upper()) if text[-1:].upper() in "KMG" and text[-1:] else (text, "")
+    try:
+        value = int(number) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 200M, 2G or 1048576") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte")
+    return value
+
+
+def input_limit() -> int:
+    """The most bytes one input may hold in the command that runs (``--max-input``)."""
+    return _input_limit[0]
+
+
+def read_input(path: str, what: str) -> bytes:
+    """The bytes of ``path`` (``-`` for stdin), at most ``--max-input`` of them; one-line errors name the file.
+
+    The limit is checked while reading, so ``/dev/zero`` or an endless pipe is refused after the limit, not
+    read until memory runs out.
+    """
+    label = "stdin" if path == "-" else path
+    limit = _input_limit[0]
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with Path(path).expanduser().open("rb") as f:
+                data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise InputError(f"{what} file {path} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"{what} file {path} is a folder, not a file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} from {label}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InputError(f"{what} in {label} is over {limit:,} bytes, the input limit; raise it with --max-input SIZE")
+    return data
+
+
+def read_text(path: str, what: str) -> str:
+    """:func:`read_input` as UTF-8 text (strict: a byte that is not UTF-8 is an error naming its offset)."""
+    data = read_input(path, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        label = "stdin" if path == "-" else path
+        raise InputError(f"{what} in {label} is not UTF-8 text (byte {exc.start}: {data[exc.start]:#04x})") from None
+
+
+def refuse_overwriting(flag: str, output: str, inputs: dict[str, str | None]) -> None:
+    """Refuse, before anything is opened for writing, an output path that is one of the command's inputs.
+
+    ``inputs`` maps each input's flag (``"FILE"``, ``"--tools"``) to its path (``-`` and None are not files).
+    """
+    if output == "-":
+        return
+    target = Path(output).expanduser()
+    for name, given in inputs.items():
+        if given is None or given == "-":
+            continue
+        source = Path(given).expanduser()
+        if not source.is_file():
+            continue
+        same = os.path.samefile(source, target) if target.exists() else source.resolve() == target.resolve()
+        if same:
+            raise InputError(
+                f"{flag} {output} is the input {name} {given}: writing it would destroy it; give another path"
+            )
 
 
 def read_json(path: str, what: str) -> Any:
     """Parse JSON from ``path`` (``-`` for stdin), failing with one line that names the file."""
-    label = "stdin" if path == "-" else path
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{what} file {path} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"{what} file {path} is a folder, not a JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {what} from {label}: {exc}") from None
-    return parse_json(text, label, what)
+    return parse_json(read_text(path, what), "stdin" if path == "-" else path, what)
 
 
 def read_jsonl(path: str, what: str) -> list[tuple[int, dict[str, Any]]]:
     """The JSON objects of a JSON-lines file, each with its line number (blank lines skipped); one-line errors
     name the file and line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{what} file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {what} from {path}: {exc}") from None
+    text = read_text(path, what)
     rows = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -415,7 +526,8 @@ def variables_from(args: argparse.Namespace, request: Request | None = None) -> 
     variables = dict(request.variables) if request is not None else {}
     if args.vars is not None:
         text = args.vars
-        data = read_json(text, "--vars") if Path(text).expanduser().is_file() else parse_json(text, "--vars", "--vars")
+        is_path = not text.lstrip().startswith(("{", "[")) and Path(text).expanduser().exists()
+        data = read_json(text, "--vars") if is_path else parse_json(text, "--vars", "--vars")
         if not isinstance(data, dict):
             raise InputError(f"--vars takes a JSON object of template variables, not {_json_type(data)}")
         variables.update(_checked_variables(data, "--vars"))

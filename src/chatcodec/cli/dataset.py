@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..dataset import REASONS, SHAREGPT_ROLES, format_dataset, read_summary
 from ..dataset.engines import one_thread_each
+from ..dataset.jobs import check_outputs, default_rejects_path
 from ..exceptions import InputError
 from ..polyfills import Polyfill
 from . import common
@@ -89,7 +90,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.input == "stats" and args.stats_file is not None and not Path("stats").exists():
+    if args.input == "stats" and not Path("stats").exists():
+        if args.stats_file is None:
+            raise InputError("dataset stats needs the formatted file: chatcodec dataset stats OUT.parquet")
+        if args.output is not None:
+            raise InputError("dataset stats prints the summary of OUT.parquet: it writes nothing, so -o is not for it")
         summary = read_summary(args.stats_file)
         print(summary.to_json() if args.json else summary.text())
         return 0
@@ -100,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer is None:
         raise InputError("the dataset command needs --tokenizer PATH: a model folder with tokenizer.json")
     tokenizer = Path(args.tokenizer).expanduser()
+    outputs = {"-o": args.output, "--rejects": args.rejects or default_rejects_path(args.output)}
+    if args.report is not None:
+        outputs["--report"] = args.report
+    check_outputs(args.input, outputs, tokenizer=tokenizer, templates=(args.template, args.text_template))
     one_thread_each()  # this process formats too, with --workers 1 or a single shard
     common.flush_notes()
     summary = format_dataset(

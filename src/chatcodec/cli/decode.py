@@ -7,6 +7,7 @@ some-model | chatcodec decode --template qwen3 --stream
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import sys
 import warnings
@@ -16,7 +17,7 @@ from typing import IO, Any
 from ..decoders import AssistantMessage, Decoder, decoder, decoder_for
 from ..decoders.catalog import ALIASES, REASONING_PARSERS
 from ..decoders.registry import REASONING_FORMATS, formats, get_format
-from ..exceptions import DecodeError, DecodeWarning
+from ..exceptions import DecodeError, DecodeWarning, InputError
 from . import common
 
 __all__ = ["configure", "run", "show_message"]
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace, stdin: IO[bytes] | None = None, stdout: IO[str
         _print_deltas(out, stream.finish())
         _warn(stream.message)
         return 0
-    message = chosen.decode(data.read())
+    message = chosen.decode(b"".join(_chunks(data, None)).decode("utf-8"))
     if args.show:
         out.write(show_message(message) + "\n")
     else:
@@ -137,12 +138,28 @@ def _decoder(args: argparse.Namespace) -> Decoder:
 
 
 def _chunks(data: IO[bytes], size: int | None) -> Iterator[bytes]:
-    """Stdin as it arrives (or in ``size``-byte pieces), never waiting for more than is there."""
+    """Stdin as it arrives (or in ``size``-byte pieces), never waiting for more than is there.
+
+    Checked on the way: it must be UTF-8 text (a completion is text; binary input is an error, not U+FFFD),
+    and at most ``--max-input`` bytes in all.
+    """
     read = getattr(data, "read1", data.read)
+    check = codecs.getincrementaldecoder("utf-8")()
+    seen, limit = 0, common.input_limit()
     while True:
         block = read(65536)
+        pending = len(check.getstate()[0])  # the start of a character the last block ended inside
+        try:
+            check.decode(block, final=not block)
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"stdin is not UTF-8 text (byte {seen - pending + exc.start}): decode reads a completion as text"
+            ) from None
         if not block:
             return
+        seen += len(block)
+        if seen > limit:
+            raise InputError(f"stdin is over {limit:,} bytes, the input limit; raise it with --max-input SIZE")
         if size is None:
             yield block
         else:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ..inspection import Finding, lint
+from ..inspection.linting import findings_text
 from ..inspection.loading import load_pair
-from ..inspection.text import findings_text
 from . import common
 
 __all__ = ["configure", "github_annotations", "run"]

@@ -42,6 +42,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    vars_file = args.vars if args.vars is not None and Path(args.vars).expanduser().is_file() else None
+    inputs = {"FILE": args.file, "--tools": args.tools, "--template": args.template, "--vars": vars_file}
+    tokenizer = Path(args.tokenizer).expanduser() if args.tokenizer else None
+    if tokenizer is not None:
+        folder = tokenizer if tokenizer.is_dir() else tokenizer.parent
+        inputs.update(
+            {f"--tokenizer's {name}": str(folder / name) for name in ("tokenizer.json", "tokenizer_config.json")}
+        )
+    if args.template and Path(args.template).expanduser().is_dir():
+        inputs.update({f"--template's {p.name}": str(p) for p in Path(args.template).expanduser().iterdir()})
+    common.refuse_overwriting("--html", args.html, inputs)
     request = common.read_request(args.file)
     variables = common.variables_from(args, request)
     options = common.render_options_from(args, request)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..exceptions import InputError, PromptMismatchError
@@ -121,16 +120,4 @@ def _read_rows(path: str, field: str) -> list[tuple[int, dict[str, Any]]]:
 
 def _read_prompt(path: str) -> str:
     """The file's (or stdin's) text exactly as stored, no newline translated."""
-    label = "stdin" if path == "-" else path
-    try:
-        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"prompt file {path} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"prompt file {path} is a folder, not a text file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read the prompt from {label}: {exc.strerror or exc}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"the prompt in {label} is not UTF-8 text (byte {exc.start})") from None
+    return common.read_text(path, "the prompt")

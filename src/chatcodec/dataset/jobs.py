@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +23,18 @@ from .readers import Shard, plan
 from .shards import ShardResult, output_schema
 from .summary import SUMMARY_KEY, Summary, require_pyarrow
 
-__all__ = ["default_rejects_path", "format_dataset"]
+__all__ = ["check_outputs", "default_rejects_path", "format_dataset"]
+
+#: the files of a model folder that loading a tokenizer and its template may read
+_MODEL_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "config.json",
+    "generation_config.json",
+)
 
 
 def default_rejects_path(output: str | Path) -> Path:
@@ -76,16 +87,20 @@ def format_dataset(
             options["max_length"] = pack
         elif options["max_length"] > pack:
             raise InputError(f"max_length ({options['max_length']}) cannot exceed the pack length ({pack}).")
+    output = Path(output)
+    rejects_path = Path(rejects) if rejects is not None else default_rejects_path(output)
+    outputs = {"output": output, "rejects": rejects_path}
+    if report is not None:
+        outputs["report"] = Path(report)
+    check_outputs(source, outputs, tokenizer=tokenizer, templates=(template, options.get("text_template")))
     shards = plan(source, shard_rows=shard_rows)
     workers = workers if workers is not None else os.cpu_count() or 1
     # formatted in worker processes (each loads the codec): this one checks the templates, and loads it only for
     # a report
     elsewhere = engine == "ray" or (workers > 1 and len(shards) > 1)
     formatter = Formatter(tokenizer, template=template, load=not elsewhere, **options)
-    output = Path(output)
     if output.is_dir():
         raise InputError(f"The output {output} is a folder; give a file name such as {output / 'train.parquet'}.")
-    rejects_path = Path(rejects) if rejects is not None else default_rejects_path(output)
     if engine == "ray":
         results = ray_results(shards, formatter, pack)
     else:
@@ -97,6 +112,48 @@ def format_dataset(
 
         write_report(report, summary, samples, formatter.codec, title=f"{Path(source).name} -> {output.name}")
     return summary
+
+
+def check_outputs(
+    source: str | Path,
+    outputs: Mapping[str, str | Path],
+    *,
+    tokenizer: str | Path,
+    templates: tuple[Any, ...] = (),
+) -> None:
+    """Refuse, before anything is opened for writing, an output that is one of the run's inputs (a dataset
+    file, the tokenizer's files, a template file) or another output: writing it would destroy what is read.
+
+    ``outputs`` maps each output's name in the error (``"output"``, or ``"--rejects"`` on the command line) to
+    its path. Paths are compared as the files they are (symbolic and hard links included).
+    """
+    from .readers import input_files
+
+    inputs = [(path, f"the input {path}") for path, _ in input_files(source)]
+    model = Path(tokenizer).expanduser()
+    model_files = [model / name for name in _MODEL_FILES] if model.is_dir() else [model]
+    inputs += [(path, f"the tokenizer's {path.name}") for path in model_files if path.is_file()]
+    for template in templates:
+        if isinstance(template, (str, Path)) and Path(template).expanduser().is_file():
+            inputs.append((Path(template).expanduser(), f"the template file {template}"))
+    seen: list[tuple[Path, str]] = []
+    for name, given in outputs.items():
+        path = Path(given).expanduser()
+        for other, what in [*inputs, *seen]:
+            if _same_file(path, other):
+                raise InputError(
+                    f"{name} {given} is {what}: writing it would destroy what the run reads; give another path."
+                )
+        seen.append((path, f"the path given to {name} too"))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        try:
+            return os.path.samefile(a, b)
+        except OSError:
+            pass
+    return a.resolve() == b.resolve()
 
 
 def _write(

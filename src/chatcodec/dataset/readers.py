@@ -8,22 +8,32 @@ output does not depend on the engine or the number of workers.
 
 A row without an ``id`` is named by where it is: ``file.jsonl:12`` (its line), ``file.json[3]`` or
 ``file.parquet[3]`` (its index in the file).
+
+Reading is total over rows: a line that is not JSON, is longer than :data:`MAX_ROW_BYTES`, nests deeper
+than :data:`~chatcodec.dataset.rows.MAX_DEPTH` or holds a lone surrogate comes back as that row's error (a
+``bad_row`` reject holding its text), and so does such an element of a JSON file's list; only a file that
+cannot be read at all stops the run.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..exceptions import InputError, LoadError
+from .rows import RowError, check_row
 
-__all__ = ["SUFFIXES", "Shard", "plan", "read_shard"]
+__all__ = ["MAX_ROW_BYTES", "SUFFIXES", "Shard", "plan", "read_shard"]
 
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
 _CHUNK = 1 << 22
+#: the longest row (a JSONL line, an element of a JSON list) that is parsed; a longer one is a reject with its
+#: text, unparsed. It is the render's default output budget (``Limits.max_output``): a longer row cannot render.
+MAX_ROW_BYTES = 16_000_000
 
 
 @dataclass(frozen=True)
@@ -138,22 +148,71 @@ def _read_jsonl(shard: Shard) -> Iterator[tuple[str, Any, str | None]]:
         if not raw.strip():
             continue
         where = f"{shard.label}:{number}"
-        try:
-            row = json.loads(raw)
-        except ValueError as exc:
-            yield where, raw.decode("utf-8", "replace"), f"line {number} is not JSON: {exc}"
-            continue
-        yield _row_id(row, where), row, None
+        row, error = _parse(raw, f"line {number}")
+        yield (where, row, error) if error is not None else (_row_id(row, where), row, None)
+
+
+def _parse(raw: bytes | str, where: str) -> tuple[Any, str | None]:
+    """One row's JSON, or its text and why it cannot be read (too long, not JSON, too deep for the parser)."""
+    if len(raw) > MAX_ROW_BYTES:
+        size = len(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw)
+        if size > MAX_ROW_BYTES:
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+            return text, f"{where} is {size:,} bytes, over the {MAX_ROW_BYTES:,} a row may hold"
+    try:
+        row = json.loads(raw)
+        check_row(row)  # too deep or a lone surrogate: kept as its text, which any file can hold
+        return row, None
+    except RowError as exc:
+        error = f"{where}: {exc}"
+    except ValueError as exc:
+        error = f"{where} is not JSON: {exc}"
+    except RecursionError:
+        error = f"{where} nests too deeply to read"
+    return (raw if isinstance(raw, str) else raw.decode("utf-8", "replace")), error
 
 
 def _read_json(shard: Shard) -> Iterator[tuple[str, Any, str | None]]:
     try:
-        data = json.loads(Path(shard.path).read_bytes())
-    except ValueError as exc:
-        raise LoadError(f"{shard.path} is not valid JSON: {exc}.") from None
-    rows = data if isinstance(data, list) else [data]
-    for index, row in enumerate(rows):
-        yield _row_id(row, f"{shard.label}[{index}]"), row, None
+        text = Path(shard.path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LoadError(f"{shard.path} is not UTF-8 text (byte {exc.start}).") from None
+    for index, element in enumerate(_json_elements(text, shard.path)):
+        where = f"{shard.label}[{index}]"
+        row, error = _parse(element, where)
+        yield (where, row, error) if error is not None else (_row_id(row, where), row, None)
+
+
+#: in a JSON text: a string (escapes included), or one of the characters that open, close or separate values
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
+
+
+def _json_elements(text: str, path: str) -> Iterator[str]:
+    """The texts of the elements of the JSON list ``text`` (a lone object: itself), found without parsing them,
+    so each is parsed and refused on its own. A text that is not a list whose brackets match is an error for
+    the whole file."""
+    start = len(text) - len(text.lstrip())
+    if not text.startswith("[", start):
+        yield text  # one row: parsed, or refused, as one
+        return
+    depth, begin, closed = 0, start + 1, False
+    for token in _JSON_TOKENS.finditer(text, start):
+        mark = token.group()
+        if mark in "[{":
+            depth += 1
+        elif mark in "]}":
+            depth -= 1
+            if depth == 0:
+                element = text[begin : token.start()]
+                if element.strip():
+                    yield element
+                closed = True
+                break
+        elif mark == "," and depth == 1:
+            yield text[begin : token.start()]
+            begin = token.end()
+    if not closed or text[token.end() :].strip():
+        raise LoadError(f"{path} is not valid JSON: a list whose brackets do not match, or text after it.")
 
 
 def _read_parquet(shard: Shard) -> Iterator[tuple[str, Any, str | None]]:

@@ -71,8 +71,7 @@ def run_shard(shard: Shard, formatter: Formatter, pack_length: int | None = None
         result = formatter.format(row, row_id) if error is None else Rejected(row_id, "bad_row", error)
         if isinstance(result, Rejected):
             summary.rejected[result.reason] += 1
-            record = {"id": result.id, "reason": result.reason, "error": result.message, "row": row}
-            rejects.append(json.dumps(record, ensure_ascii=False, default=str))
+            rejects.append(reject_line(result, row))
             continue
         summary.add_row(len(result.input_ids), sum(result.mask), truncated=result.truncated)
         if columns is None or len(rows) < SAMPLES:
@@ -98,6 +97,21 @@ def run_shard(shard: Shard, formatter: Formatter, pack_length: int | None = None
             "seq_lengths": [s.seq_lengths for s in sequences],
         }
     return ShardResult(shard.index, _table(schema, lists, with_labels), rejects, summary, rows[:SAMPLES])
+
+
+def reject_line(rejected: Rejected, row: Any) -> str:
+    """The rejects file's line for a row: ``{"id", "reason", "error", "row"}`` as JSON, whatever the row holds.
+
+    UTF-8 where it can be; a row with a lone surrogate is written with ``\\u`` escapes (kept exactly, and
+    valid UTF-8). A row too deep to write is not here: the reader keeps such a row as its text.
+    """
+    record = {"id": rejected.id, "reason": rejected.reason, "error": rejected.message, "row": row}
+    line = json.dumps(record, ensure_ascii=False, default=str)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(json.loads(line), ensure_ascii=True)
+    return line
 
 
 class _Columns:

@@ -119,7 +119,8 @@ RULES: dict[str, EngineRule] = {
         EngineRule(
             "engine-host-function",
             "strftime_now / raise_exception are functions the host must provide",
-            "runtimes without them fail ('Object is not callable: null'), and some fall back to ChatML silently",
+            "runtimes that do not provide them (they fail with 'Object is not callable: null', or some fall back"
+            " to ChatML silently)",
             "ik_llama.cpp #693; oobabooga #6675",
         ),
         EngineRule(

@@ -10,6 +10,9 @@ The rules (codes in brackets; ``error`` findings make ``chatcodec lint`` exit 1)
   per-turn training samples no longer match the prompt (history reasoning dropped, ...);
 * ``hard-coded-date`` (warning): a date literal the template falls back to ends up in the prompt
   (Llama 3.1's "26 Jul 2024", sglang #3296);
+* ``fixed-date`` (warning): the template writes a full date (day, month and year) of its own into the prompt,
+  in its text or in a string it prints, whatever day it is rendered on (a month and year alone, such as a
+  knowledge cutoff, is not flagged, nor a full date that follows "knowledge", "cutoff" or "updated");
 * ``special-token-injection`` (warning): user text holding the template's markers comes out verbatim,
   so a tokenizer that parses special tokens in the prompt turns it into real control tokens (chatcodec's
   :class:`~chatcodec.Codec` escapes it; other stacks do not, transformers #29279);
@@ -44,11 +47,12 @@ from .engines import RULES, engine_findings, parse
 from .prefix import prefix_stability
 from .probes import Needles, render_or_error
 from .report import role_checks
+from .text import Style
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["Finding", "Severity", "lint"]
+__all__ = ["Finding", "Severity", "findings_text", "lint"]
 
 Severity = Literal["error", "warning", "info"]
 _ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -84,6 +88,7 @@ def lint(template: ChatTemplate | str | Path) -> list[Finding]:
     findings += _tool_history(template)
     findings += _prefix(template)
     findings += _date_default(template)
+    findings += _fixed_date(template, {f.message for f in findings if f.code == "hard-coded-date"})
     findings += _injection(template)
     findings += _generation_prompt(template)
     findings += _bos(template)
@@ -191,6 +196,55 @@ def _date_default(template: ChatTemplate) -> list[Finding]:
                         name,
                     )
                 )
+    return found
+
+
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+#: a full date: 2024-07-26, 2024/07/26, 26/07/2024, 07.26.2024, 26 Jul 2024, July 26, 2024, 26th of July 2024
+_FULL_DATE = re.compile(
+    r"\b(?:(?:19|20)\d\d[-/.](?:0?[1-9]|1[0-2])[-/.](?:0?[1-9]|[12]\d|3[01])"
+    r"|(?:0?[1-9]|[12]\d|3[01])[-/.](?:0?[1-9]|1[0-2])[-/.](?:19|20)\d\d"
+    r"|(?:0?[1-9]|1[0-2])[-/.](?:0?[1-9]|[12]\d|3[01])[-/.](?:19|20)\d\d"
+    rf"|(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?(?: of)? {_MONTH},? (?:19|20)\d\d"
+    rf"|{_MONTH} (?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?,? (?:19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+
+
+_CUTOFF = re.compile(r"cutoff|cut-off|knowledge|updated|trained", re.IGNORECASE)
+
+
+def _fixed_date(template: ChatTemplate, reported: set[str]) -> list[Finding]:
+    """Full dates in the template's text or string literals that a render writes into the prompt."""
+    found = []
+    seen: set[str] = set()
+    for name, source in template.sources.items():
+        try:
+            tree = parse(source)
+        except jinja2.TemplateSyntaxError:
+            continue
+        texts = [(node.data, node.lineno, True) for node in tree.find_all(nodes.TemplateData)]
+        texts += [(v.value, v.lineno, False) for v in tree.find_all(nodes.Const) if isinstance(v.value, str)]
+        for text, first, spans_lines in texts:
+            for match in _FULL_DATE.finditer(text):
+                line = first + text.count("\n", 0, match.start()) if spans_lines else first
+                literal = match.group()
+                if _CUTOFF.search(text[max(0, match.start() - 60) : match.start()]):
+                    continue  # a knowledge cutoff is fixed on purpose
+                if literal in seen or any(repr(literal) in message for message in reported):
+                    continue
+                seen.add(literal)
+                if _shows_literal(template, literal):
+                    found.append(
+                        Finding(
+                            "fixed-date",
+                            "warning",
+                            f"the template writes the fixed date {literal!r} into the prompt whatever day it is"
+                            " rendered on; write the real date (strftime_now, or a variable the caller sets)",
+                            line,
+                            name,
+                        )
+                    )
     return found
 
 
@@ -329,3 +383,20 @@ def _first_line(source: str, wanted: Callable[[nodes.Node], bool]) -> int | None
         return None
     lines = [n.lineno for n in tree.find_all(nodes.Node) if wanted(n)]
     return min(lines) if lines else None
+
+
+def findings_text(findings: list[Finding], source_name: str, *, color: bool) -> str:
+    """Lint findings as ``NAME:LINE: severity: message [code]`` lines, then a count."""
+    s = Style(color)
+    tone = {"error": "red", "warning": "yellow", "info": "blue"}
+    lines = []
+    for f in findings:
+        where = f"{source_name}:{f.line}" if f.line else source_name
+        lines.append(f"{where}: {s(f.severity, tone[f.severity], 'bold')}: {f.message} [{f.code}]")
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = sum(f.severity == "warning" for f in findings)
+    if findings:
+        lines.append(f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}")
+    else:
+        lines.append(s("no findings", "green"))
+    return "\n".join(lines) + "\n"

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..capabilities import Capabilities
 
-if TYPE_CHECKING:
-    from .linting import Finding
-
-__all__ = ["Style", "capabilities_text", "findings_text", "visible"]
+__all__ = ["Style", "capabilities_text", "visible"]
 
 
 class Style:
@@ -62,20 +59,3 @@ def capabilities_text(caps: Capabilities, *, color: bool) -> list[str]:
     for flag, message in caps.errors:
         lines.append(f"  {flag}: {s(repr(message), 'dim')}")
     return lines
-
-
-def findings_text(findings: list[Finding], source_name: str, *, color: bool) -> str:
-    """Lint findings as ``NAME:LINE: severity: message [code]`` lines, then a count."""
-    s = Style(color)
-    tone = {"error": "red", "warning": "yellow", "info": "blue"}
-    lines = []
-    for f in findings:
-        where = f"{source_name}:{f.line}" if f.line else source_name
-        lines.append(f"{where}: {s(f.severity, tone[f.severity], 'bold')}: {f.message} [{f.code}]")
-    errors = sum(f.severity == "error" for f in findings)
-    warnings = sum(f.severity == "warning" for f in findings)
-    if findings:
-        lines.append(f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}")
-    else:
-        lines.append(s("no findings", "green"))
-    return "\n".join(lines) + "\n"
