@@ -3,6 +3,7 @@ and exits 0."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -46,6 +47,8 @@ def test_readme_command_runs(line: str) -> None:
     require_shared()
     python = shlex.quote(sys.executable)
     shell = re.sub(r"(^|\| )chatcodec ", rf"\g<1>{python} -m chatcodec ", line)
-    done = subprocess.run(["bash", "-c", shell], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    # as in the activated virtualenv the README asks for: `python` on a line (an MCP server's command) is this one
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", "-c", shell], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout
