@@ -299,9 +299,14 @@ class Conversation:
         generation prompt with this conversation's template variables, as every turn's is."""
         if self._decoding is None:
             options = self._options
-            variables = {k: v for k, v in options.items() if k not in ("tools", "documents")}
+            variables = {k: v for k, v in options.items() if k not in ("tools", "documents", "polyfill")}
             tools = [t for t in options["tools"] or () if isinstance(t, Mapping)] or None
-            self._decoding = decoder_for(self.codec.template, chat_template_kwargs=variables, tools=tools)
+            self._decoding = decoder_for(
+                self.codec.template,
+                chat_template_kwargs=variables,
+                tools=tools,
+                polyfill=options.get("polyfill", False),  # tools rendered into the system text: read as asked
+            )
         return self._decoding
 
     def _commit(self, new: list[Any], ids: list[int], text: str, *, awaiting: bool) -> None:
