@@ -80,11 +80,15 @@ def main() -> int:
             )
         )  # fmt: skip
         results.append(exact(rollout, logged.log))
-        drifts[rollout.conversation.drift().reason] += 1
+        drift = rollout.conversation.drift()
+        drifts[drift.reason] += 1
         calls += rollout.tool_calls
         generations += len(logged.log)
-        print(f"\r{index + 1}/{args.count} rollouts", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+        print(
+            f"rollout {index + 1}/{args.count}: exact {results[-1]}, {len(logged.log)} generations,"
+            f" {rollout.tool_calls} tool calls, drift {drift.reason or 'none'}",
+            flush=True,
+        )
     changed = sum(n for reason, n in drifts.items() if reason is not None)
     print(
         f"{args.count} rollouts, {generations} generations, {calls} tool calls, temperature 1.0,"

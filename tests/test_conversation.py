@@ -293,6 +293,17 @@ def test_each_error_is_one_clear_error_and_the_conversation_goes_on(qwen3: token
     assert conv.drift().equal
 
 
+def test_numpy_ids_and_logprobs_are_taken_as_python_numbers(qwen3: tokens.Codec) -> None:
+    import numpy as np
+
+    conv = qwen3.conversation([{"role": "user", "content": "Hi"}])
+    conv.append([], add_generation_prompt=True)
+    said = _ids(qwen3, "Hello<|im_end|>")
+    conv.add_completion(np.array(said, dtype=np.int64), logprobs=np.full(len(said), -0.25, dtype=np.float32))
+    assert conv.input_ids[-len(said) :] == said and all(type(i) is int for i in conv.input_ids)
+    assert conv.logprobs[-len(said) :] == [-0.25] * len(said)
+
+
 def test_a_role_the_template_refuses_is_its_error_and_nothing_changes(qwen3: tokens.Codec) -> None:
     source = (
         "{% for m in messages %}{% if m.role not in ['user', 'assistant'] %}"

@@ -29,9 +29,11 @@ either happens whole or not at all.
 
 from __future__ import annotations
 
+import numbers
+import operator
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -98,7 +100,8 @@ class Conversation:
     >>> codec = load("../shared/tokenizers/qwen3")  # doctest: +SKIP
     >>> conv = codec.conversation([{"role": "system", "content": "Be brief."}])  # doctest: +SKIP
     >>> prompt = conv.append({"role": "user", "content": "Hi"}, add_generation_prompt=True)  # doctest: +SKIP
-    >>> conv.add_completion(codec.encode_text("Hello!<|im_end|>")).content  # doctest: +SKIP
+    >>> sampled = codec.tokenizer.encode("Hello!<|im_end|>").ids  # what the model sampled  # doctest: +SKIP
+    >>> conv.add_completion(sampled).content  # doctest: +SKIP
     'Hello!'
     """
 
@@ -213,7 +216,7 @@ class Conversation:
             self._commit(new, ids, text, awaiting=add_generation_prompt)
             return list(ids)
 
-    def add_completion(self, token_ids: Sequence[int], *, logprobs: Sequence[float] | None = None) -> AssistantMessage:
+    def add_completion(self, token_ids: Iterable[int], *, logprobs: Iterable[float] | None = None) -> AssistantMessage:
         """Take the ids the model sampled, verbatim (with the stop token it ended on, if any), and return the
         assistant message the template's decoder reads in them; the ids and logprobs are kept as they are."""
         with self._using():
@@ -414,27 +417,33 @@ class Conversation:
         self._texts = [encoding.text]
         return ids[kept:] if at is None else Reset(at, ids[kept:])
 
-    def _checked_ids(self, token_ids: Sequence[int]) -> list[int]:
-        if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
+    def _checked_ids(self, token_ids: Iterable[int]) -> list[int]:
+        """The ids as Python ints (NumPy's and torch's integers too), each in the vocabulary."""
+        if isinstance(token_ids, (str, bytes, Mapping)) or not isinstance(token_ids, Iterable):
             raise InputError(f"add_completion takes a list of token ids, not {type(token_ids).__name__}.")
-        ids = list(token_ids)
+        ids = []
         size = self._size
-        for token in ids:
-            if type(token) is not int or not 0 <= token < size:
+        for token in token_ids:
+            try:
+                value = operator.index(token) if not isinstance(token, bool) else -1
+            except TypeError:
+                value = -1
+            if not 0 <= value < size:
                 raise InputError(f"Token id {token!r} is not in the vocabulary (0 to {size - 1}).")
+            ids.append(value)
         return ids
 
     @staticmethod
-    def _checked_logprobs(logprobs: Sequence[float] | None, count: int) -> list[float | None]:
+    def _checked_logprobs(logprobs: Iterable[float] | None, count: int) -> list[float | None]:
         if logprobs is None:
             return [None] * count
-        if isinstance(logprobs, (str, bytes)) or not isinstance(logprobs, Sequence):
+        if isinstance(logprobs, (str, bytes, Mapping)) or not isinstance(logprobs, Iterable):
             raise InputError(f"logprobs must be a list of numbers, one per id, not {type(logprobs).__name__}.")
         scores = list(logprobs)
         if len(scores) != count:
             raise InputError(f"logprobs has {len(scores)} values for {count} ids: give one per id.")
         for score in scores:
-            if isinstance(score, bool) or not isinstance(score, (int, float)):
+            if isinstance(score, bool) or not isinstance(score, numbers.Real):
                 raise InputError(f"logprobs must be numbers, not {score!r}.")
         return [float(score) for score in scores]
 
