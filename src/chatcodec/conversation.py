@@ -439,7 +439,7 @@ class Conversation:
             return [None] * count
         if isinstance(logprobs, (str, bytes, Mapping)) or not isinstance(logprobs, Iterable):
             raise InputError(f"logprobs must be a list of numbers, one per id, not {type(logprobs).__name__}.")
-        scores = list(logprobs)
+        scores: list[Any] = list(logprobs)  # what the caller passed: checked here, not trusted
         if len(scores) != count:
             raise InputError(f"logprobs has {len(scores)} values for {count} ids: give one per id.")
         for score in scores:
