@@ -16,6 +16,11 @@ server does. Every text is new to the codec, as in real use. For each turn it re
 * ``turn encode``: ``Codec.encode`` of a chat of this turn's messages alone (the previous answer and the new
   question, with the generation prompt): the same pipeline, on the new turn only;
 
+* ``conversation``: the same turn as RL and agent loops take it, token in and token out
+  (:class:`chatcodec.Conversation`, issue 32): ``append`` of the question with the generation prompt, plus
+  ``add_completion`` of the answer's ids as the model would have sampled them (the tokenizer's ids of the
+  turn the template writes, up to its end-of-turn token): its cost must not grow with the history;
+
 and the ratios ``encode / turn alone``, ``encode / first call`` and ``encode / turn encode``. Every fourth
 question holds ``<`` and ``>``, which the escaping works on, so single turns differ in kind (turns 20, 40 and
 100 hold them, 10, 30 and 50 do not): the rows ``10-20`` and ``90-100`` (means over those turns, the same mix)
@@ -126,7 +131,7 @@ def _first_and_best(repeats: int, fn: Callable[..., Any], *args: Any, **options:
     return first, min([first] + [_cpu(fn, *args, **options)[0] for _ in range(repeats - 1)])
 
 
-NAMES = ("encode", "plain", "render", "alone", "once", "turn", "floor")
+NAMES = ("encode", "plain", "render", "alone", "once", "turn", "floor", "conversation")
 #: the mask passes (--masks): with memory, without, the same encodes without the mask, the added text alone
 MASK_NAMES = ("mask", "mask_plain", "answer", "mask_alone")
 #: whether the mask passes run
@@ -233,7 +238,43 @@ def grow(name: str, folder: Path, round_: int, turns: int) -> list[tuple[float, 
         ids = forgetting.encode(messages, add_generation_prompt=True).input_ids
         kept += [dict(m) for m in messages[len(kept) :]]
         floors.append(_cold(_read_and_write, messages, kept, ids)[0])
-    return [(encodes[i], plain[i], renders[i], alone[i], once[i], turn_encodes[i], floors[i]) for i in range(turns)]
+    rollout = roll(load(folder), full, turns)
+    return [
+        (encodes[i], plain[i], renders[i], alone[i], once[i], turn_encodes[i], floors[i], rollout[i])
+        for i in range(turns)
+    ]
+
+
+def roll(codec: Any, full: list[dict[str, Any]], turns: int) -> list[float]:
+    """The growth as a rollout: per turn, ``Conversation.append`` of the question (with the generation prompt)
+    plus ``add_completion`` of the answer's sampled ids, in a pass of their own on a codec of its own. The
+    sampled ids are made first: the tokenizer's ids of the answer's turn as the template writes it after the
+    generation prompt, up to its end-of-turn token (what a model trained on the template samples)."""
+    tokenizer = codec.tokenizer
+    render = codec.template.render
+    control = {tokenizer.token_to_id(t) for t in codec.control_tokens} - {None}
+    sampled = []
+    for turn in range(1, turns + 1):
+        prompt = render(full[: 2 * turn], add_generation_prompt=True)
+        answered = render(full[: 2 * turn + 1])
+        assert answered.startswith(prompt)
+        ids = tokenizer.encode(answered[len(prompt) :], add_special_tokens=False).ids
+        while ids and ids[-1] not in control:
+            ids.pop()  # the glue after the end of turn is the template's, the next append's
+        sampled.append(ids)
+    conv = codec.conversation(full[:1])
+    times = []
+    for turn in range(1, turns + 1):
+        asked = _cold(conv.append, full[2 * turn - 1], add_generation_prompt=True)[0]
+        answered_in = _cold(conv.add_completion, sampled[turn - 1])[0]
+        times.append(asked + answered_in)
+    assert conv.sampled_mask.count(1) == sum(map(len, sampled))
+    # the sampled ids are the tokenizer's own: only a template that rewrites history (Qwen3 drops the earlier
+    # reasoning, which the conversation keeps as the model saw it) makes a fresh encode differ
+    drift = conv.drift()
+    assert drift.equal == ("reasoning_content" not in full[2]), drift
+    assert drift.equal or drift.reason == "rewritten", drift
+    return times
 
 
 def _read_and_write(messages: list[dict[str, Any]], kept: list[dict[str, Any]], ids: list[int]) -> list[int]:
@@ -260,7 +301,7 @@ def report(name: str, label: str, best: dict[str, list[float]], turns: range) ->
     print(
         f"{name:<9} {label:>6} {encode:>7.0f} {mean('plain'):>10.0f} {render:>7.0f}"
         f" {alone:>11.0f} {once:>10.0f} {single_turn:>12.0f} {encode / alone:>12.2f}x {encode / once:>11.2f}x"
-        f" {encode / single_turn:>11.2f}x {mean('floor'):>7.1f}"
+        f" {encode / single_turn:>11.2f}x {mean('floor'):>7.1f} {mean('conversation'):>13.0f}"
     )
 
 
@@ -300,7 +341,7 @@ def main() -> int:
     header = (
         f"{'model':<9} {'turn':>6} {'encode':>7} {'no memory':>10} {'render':>7} {'turn alone':>11}"
         f" {'first call':>10} {'turn encode':>12} {'encode/alone':>13} {'encode/first':>12} {'encode/turn':>12}"
-        f" {'floor':>7}"
+        f" {'floor':>7} {'conversation':>13}"
     )
     print(header)
     measured = {}
@@ -322,6 +363,11 @@ def main() -> int:
                 f" encode/alone: {growth_per_alone:.2f}x; encode less the floor:"
                 f" {beyond_late:.0f} / {beyond_early:.0f} us = {beyond_late / beyond_early:.2f}x"
                 f" (floor {early('floor'):.1f} -> {late('floor'):.1f} us)"
+            )
+            print(
+                f"{name:<9} conversation (append + add_completion) at 90-100 turns / at 10-20 turns:"
+                f" {late('conversation'):.0f} / {early('conversation'):.0f} us"
+                f" = {late('conversation') / early('conversation'):.2f}x"
             )
     if MASKS:
         print("\nThe same growth, each chat ending with the answer, encoded with return_assistant_tokens_mask=True:")

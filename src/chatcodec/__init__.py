@@ -17,6 +17,7 @@ from .capabilities import Capabilities as Capabilities
 from .exceptions import BackendError as BackendError
 from .exceptions import BackendTimeoutError as BackendTimeoutError
 from .exceptions import ChatcodecError as ChatcodecError
+from .exceptions import ConversationError as ConversationError
 from .exceptions import DecodeError as DecodeError
 from .exceptions import DecodeWarning as DecodeWarning
 from .exceptions import InputError as InputError
@@ -47,6 +48,9 @@ from .vocab import TextTokenizer as TextTokenizer
 if _typing.TYPE_CHECKING:  # what type checkers and IDEs see for the lazy names
     from .compat import apply_chat_template as apply_chat_template
     from .compat import patch as patch
+    from .conversation import Conversation as Conversation
+    from .conversation import Drift as Drift
+    from .conversation import Reset as Reset
     from .dataset import format_dataset as format_dataset
     from .decoders import AssistantMessage as AssistantMessage
     from .decoders import Decoder as Decoder
@@ -82,6 +86,9 @@ _LAZY: dict[str, str] = {
     "decoder_from_response_template": "chatcodec.decoders",
     "detect_format": "chatcodec.decoders",
     "response_template": "chatcodec.decoders",
+    "Conversation": "chatcodec.conversation",
+    "Drift": "chatcodec.conversation",
+    "Reset": "chatcodec.conversation",
     "Finding": "chatcodec.inspection",
     "Report": "chatcodec.inspection",
     "inspect": "chatcodec.inspection",
@@ -103,11 +110,14 @@ __all__ = [
     "ChatTemplate",
     "ChatcodecError",
     "Codec",
+    "Conversation",
+    "ConversationError",
     "DecodeError",
     "DecodeStream",
     "DecodeWarning",
     "Decoder",
     "Delta",
+    "Drift",
     "Encoding",
     "Finding",
     "History",
@@ -120,6 +130,7 @@ __all__ = [
     "PromptMismatchError",
     "RenderWarning",
     "Report",
+    "Reset",
     "SandboxError",
     "SchemaError",
     "SpecialTokenError",

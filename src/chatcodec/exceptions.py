@@ -17,6 +17,7 @@ One base class, so callers can catch everything chatcodec reports with one ``exc
     ├── LoadError                   a template or tokenizer file is missing, unreadable or malformed
     │   └── TemplateNotFoundError   no template under that name or in that place
     ├── DecodeError                 a decoder was asked for with options it cannot honour
+    ├── ConversationError           a Conversation used out of order, or from two threads at once
     ├── BackendError                a completion backend is unreachable, failed, or answered nonsense
     │   └── BackendTimeoutError     a completion backend did not answer in time
     └── ToolServerError             an MCP server for a Toolbox could not be started, reached or listed
@@ -35,6 +36,7 @@ __all__ = [
     "BackendError",
     "BackendTimeoutError",
     "ChatcodecError",
+    "ConversationError",
     "DecodeError",
     "DecodeWarning",
     "InputError",
@@ -167,6 +169,11 @@ class DecodeWarning(UserWarning):
 class RenderWarning(UserWarning):
     """A message with a role the template does not know was rendered as nothing: its text is not in the
     prompt, and no error said so (transformers renders it the same way, silently)."""
+
+
+class ConversationError(ChatcodecError, RuntimeError):
+    """A :class:`chatcodec.Conversation` used out of order (a completion with no generation prompt before it,
+    messages while a completion is awaited) or from two threads at once; the conversation is left as it was."""
 
 
 class BackendError(ChatcodecError):

@@ -47,6 +47,7 @@ from .vocab import Matching, Run, TextTokenizer, Tokenized, Vocabulary, alternat
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+    from .conversation import Conversation
     from .masks import Growing, Layout
 
 __all__ = ["Codec", "Encoding", "load"]
@@ -328,6 +329,69 @@ class Codec:
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         """The text of ``ids``, as the tokenizer decodes it."""
         return self._require_tokenizer().decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def conversation(
+        self,
+        messages: Sequence[Any] = (),
+        *,
+        tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        mode: Literal["extend", "template"] = "extend",
+        **variables: Any,
+    ) -> Conversation:
+        """An append-only conversation, token in and token out, for RL and agent rollouts.
+
+        :meth:`encode` looks at the whole history at every turn; a :class:`~chatcodec.Conversation` hands
+        back only the ids each turn adds, keeps the model's sampled ids as they were sampled, and costs the
+        new turn. ``mode="extend"`` never rewrites what the model saw; ``mode="template"`` follows a fresh
+        :meth:`encode` and says where it rewrote the prompt (:class:`~chatcodec.Reset`).
+        See :mod:`chatcodec.conversation`.
+        """
+        from .conversation import Conversation
+
+        return Conversation(self, messages, tools=tools, documents=documents, mode=mode, variables=variables)
+
+    def vocabulary_size(self) -> int:
+        """How many token ids the tokenizer has (added tokens included): every valid id is below it."""
+        vocab = self._require_tokenizer()
+        size = getattr(vocab.full, "n_vocab", None)  # a GGUF's tokenizer (a TextTokenizer)
+        if size is None and hasattr(vocab.full, "get_vocab_size"):
+            size = vocab.full.get_vocab_size(with_added_tokens=True)
+        if size is None:
+            size = max(vocab.added.values(), default=-1) + 1
+        return int(size)
+
+    def _shielded(
+        self, messages: list[Any], options: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any], dict[str, str]]:
+        """``messages`` and ``options`` with the caller's marks swapped for stand-ins, as :meth:`encode` renders
+        them (policy ``"escape"``), and the map that puts the marks back: for rendering pieces of a prompt."""
+        reserved = self._reserved
+        variables = {k: v for k, v in options.items() if k not in ("tools", "documents")}
+        if variables:
+            reserved = reserved | stand_ins_in(variables)
+        shield = Shield(self._marks, reserved, reject=False)
+        shielded, tools, documents = shield.apply(messages, options.get("tools"), options.get("documents"))
+        return list(shielded), {**options, "tools": tools, "documents": documents}, shield.restore
+
+    def _piece(self, rendered: str, restore: dict[str, str]) -> Tokenized:
+        """The tokens of a piece of a prompt rendered with stand-ins (:meth:`_shielded`), tokenized as the
+        middle of a prompt: behind a control token, whose id is then dropped, so that a tokenizer that treats
+        the start of its input specially (Metaspace's prepended space) does not. Control tokens only where
+        the template wrote them, as in :meth:`encode`."""
+        vocab = self._require_tokenizer()
+        # only Metaspace's first-only prefix reads the start of the input: other tokenizers need no lead
+        lead = min(self.control_tokens & vocab.added.keys(), default="") if vocab.start_sensitive else ""
+        tokens = vocab.tokenize(lead + rendered, restore, self._matching)
+        if tokens.escaped:
+            vocab.check_escapes(tokens.runs, tokens.escaped, self.control_tokens)
+        if not lead:
+            return tokens
+        if not tokens.runs or tokens.runs[0].ids != [vocab.added[lead]]:  # pragma: no cover - one run per token
+            raise InputError(f"The tokenizer did not read {lead!r} as one token.")
+        shift = len(lead)
+        escaped = [(start - shift, end - shift) for start, end in tokens.escaped]
+        return Tokenized(tokens.rendered[shift:], tokens.runs[1:], tokens.text[shift:], escaped, tokens.ids[1:])
 
     # --- internals ---------------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("chatcodec.cli.show", "write a rendered chat as one self-contained HTML page: roles, tokens, mask"),
     "templates": ("chatcodec.cli.templates", "list the built-in templates, or print one"),
     "tools": ("chatcodec.cli.tools", "tool schemas from Python functions, and the function-calling loop"),
+    "rollout": ("chatcodec.cli.rollout", "multi-turn tool rollouts token in, token out, written as training rows"),
     "dataset": ("chatcodec.cli.dataset", "format a chat dataset for training (ids, masks, packing), or its stats"),
     "serve": ("chatcodec.cli.serve", "an OpenAI-compatible chat server over the embedded model or a remote engine"),
     "doctor": ("chatcodec.cli.doctor", "this machine, the llama.cpp build, the engine check's choice and its speed"),
