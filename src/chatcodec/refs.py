@@ -19,8 +19,9 @@ Traceback (most recent call last):
 chatcodec.SchemaError: parameters: the $ref 'https://example.com/secret.json' at not/$ref is not \
 within the schema; only local references (#/...) are followed, and schemas are never fetched.
 
-The walk is iterative, so a deep schema cannot exhaust the stack; a schema nested deeper than
-:data:`MAX_DEPTH` is refused (no validator or grammar would follow it either).
+The walk is iterative and visits each object once, so a deep schema cannot exhaust the stack and a schema
+that shares subschemas cannot multiply the work; a schema nested deeper than :data:`MAX_DEPTH` is refused (no
+validator or grammar would follow it either).
 """
 
 from __future__ import annotations
@@ -49,8 +50,13 @@ def check_refs(schema: Any, *, where: str = "schema") -> None:
     ``$ref`` inside it follows.
     """
     stack: list[tuple[Any, tuple[str, ...], bool]] = [(schema, (), True)]
+    seen: set[tuple[int, bool]] = set()  # a subschema shared in a Python schema is walked once, not once per use
     while stack:
         node, path, is_schema = stack.pop()
+        if isinstance(node, (Mapping, list)):
+            if (id(node), is_schema) in seen:
+                continue
+            seen.add((id(node), is_schema))
         if len(path) > MAX_DEPTH:
             raise SchemaError(f"{where}: the schema nests deeper than {MAX_DEPTH} levels (at {_path(path[:8])}/...).")
         if isinstance(node, list):
