@@ -223,9 +223,7 @@ class GrammarBuilder:
         done = self._done.get(id(schema))
         if done is not None and done[0] is schema:
             return done[1]
-        self._steps += 1
-        if self._steps > MAX_STEPS:
-            raise InputError(f"The schema is too large to constrain generation: over {MAX_STEPS} subschemas.")
+        self._spend(1)
         if self._depth >= MAX_DEPTH:
             raise InputError(f"The schema for {hint} nests deeper than {MAX_DEPTH} levels.")
         self._depth += 1
@@ -236,6 +234,11 @@ class GrammarBuilder:
         if isinstance(schema, Mapping):
             self._done[id(schema)] = (schema, name)
         return name
+
+    def _spend(self, steps: int) -> None:
+        self._steps += steps
+        if self._steps > MAX_STEPS:
+            raise InputError(f"The schema is too large to constrain generation: over {MAX_STEPS} subschemas.")
 
     def _schema(self, schema: Any, hint: str) -> str:
         if schema is True or schema == {}:
@@ -253,7 +256,7 @@ class GrammarBuilder:
         if isinstance(enum, list):
             if not enum:
                 raise InputError(f"The schema for {hint} has an empty enum: no value is valid.")
-            self._steps += len(enum)
+            self._spend(len(enum))
             return self.rule(hint, " | ".join(gbnf_literal(_json(v)) for v in enum))
         for key in ("anyOf", "oneOf"):
             options = schema.get(key)
