@@ -28,7 +28,9 @@ generation. References are resolved by :mod:`chatcodec.refs`, within the documen
 Building is linear in the schema: each subschema is turned into a rule once (by identity, and each ``$ref``
 once), however often it is reached, so nested ``anyOf`` or a ``type`` list over shared children cannot
 multiply the work. Past :data:`MAX_STEPS` subschemas, :data:`MAX_DEPTH` levels or :data:`MAX_GRAMMAR`
-characters of grammar, the schema is refused (an :class:`~chatcodec.InputError`, a 400 in the server), and so
+characters of grammar, the schema is refused (an :class:`~chatcodec.InputError`, a 400 in the server); choices
+nested deeper than :data:`MAX_CHOICES` are any JSON value in the grammar (the sampler's work per token would
+multiply with each), left to the check after generation. Refused too
 is a schema whose grammar llama.cpp would not take: a lower bound over :data:`MAX_REPEAT` (``minItems``,
 ``minLength``), or a reference that reaches itself before any character is written (left recursion). An upper
 bound over :data:`MAX_REPEAT` is left to the check after generation.
@@ -52,7 +54,7 @@ from typing import Any
 from ..exceptions import InputError, SchemaError
 from ..refs import resolve_ref
 
-__all__ = ["MAX_DEPTH", "MAX_GRAMMAR", "MAX_REPEAT", "MAX_STEPS", "GrammarBuilder", "gbnf_literal"]
+__all__ = ["MAX_CHOICES", "MAX_DEPTH", "MAX_GRAMMAR", "MAX_REPEAT", "MAX_STEPS", "GrammarBuilder", "gbnf_literal"]
 
 #: how many subschemas (and enum values) one grammar may be built from
 MAX_STEPS = 20_000
@@ -62,6 +64,10 @@ MAX_DEPTH = 160
 MAX_GRAMMAR = 1 << 20
 #: the largest repetition count a grammar writes (llama.cpp refuses counts over 2000)
 MAX_REPEAT = 1000
+#: how many choices (anyOf, oneOf, type lists) a grammar nests: llama.cpp's sampler follows every alternative that
+#: still matches, so choices that overlap, nested, multiply its work per token (shared anyOf 60 deep held the
+#: model for minutes); deeper ones are any JSON value in the grammar, checked after generation
+MAX_CHOICES = 6
 
 _PRIMITIVES: dict[str, str] = {
     "ws": '| " "',
@@ -123,6 +129,7 @@ class GrammarBuilder:
         self._done: dict[int, tuple[Any, str]] = {}
         self._steps = 0
         self._depth = 0
+        self._choices = 0  # how many anyOf/oneOf/type lists the subschema being built is inside
 
     # --- rules --------------------------------------------------------------------------------------------
 
@@ -261,11 +268,17 @@ class GrammarBuilder:
         for key in ("anyOf", "oneOf"):
             options = schema.get(key)
             if isinstance(options, list) and options:
+                if self._choices >= MAX_CHOICES:
+                    return self.primitive("value")  # deeper choices are left to the check after generation
                 rest = {k: v for k, v in schema.items() if k != key}
-                names = [
-                    self.schema({**rest, **o} if isinstance(o, Mapping) else o, f"{hint}-{i}")
-                    for i, o in enumerate(options)
-                ]
+                self._choices += 1
+                try:
+                    names = [
+                        self.schema({**rest, **o} if isinstance(o, Mapping) else o, f"{hint}-{i}")
+                        for i, o in enumerate(options)
+                    ]
+                finally:
+                    self._choices -= 1
                 return self.rule(hint, " | ".join(names))
         all_of = schema.get("allOf")
         if isinstance(all_of, list) and all_of:
@@ -273,9 +286,14 @@ class GrammarBuilder:
         kind = schema.get("type")
         if isinstance(kind, list):
             kinds = [k for k in kind if k in _TYPES]
-            if not kinds:
+            if not kinds or self._choices >= MAX_CHOICES:
                 return self.primitive("value")
-            return self.rule(hint, " | ".join(self.schema({**schema, "type": k}, f"{hint}-{k}") for k in kinds))
+            self._choices += 1
+            try:
+                names = [self.schema({**schema, "type": k}, f"{hint}-{k}") for k in kinds]
+            finally:
+                self._choices -= 1
+            return self.rule(hint, " | ".join(names))
         if kind is None:
             if "properties" in schema:
                 kind = "object"
