@@ -117,6 +117,7 @@ def test_health_answers_while_the_worst_cases_run(embedded: Server) -> None:
 
 
 def test_a_plain_chat_answers_while_four_grammar_requests_are_in_flight(embedded: Server) -> None:
+    """Four requests that keep the grammar builder at its budget hold at most their planner threads for a moment."""
     chat = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}).encode()
 
     def timed() -> float:
@@ -126,8 +127,11 @@ def test_a_plain_chat_answers_while_four_grammar_requests_are_in_flight(embedded
         return time.perf_counter() - started
 
     normal = sorted(timed() for _ in range(3))[1]
+    # the grammar work at its worst: built up to the budget, then refused (400). Requests whose grammar is built
+    # go on to the model, whose one generation queue they share with the chat (that is the engine's order, not
+    # the planners'), so they are not what this measures
     over_budget = {"type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(25_000)}}
-    worst = [shared_options(60), over_budget]
+    worst = [over_budget, over_budget]
     stop = threading.Event()
     statuses: list[int] = []
 
@@ -153,5 +157,5 @@ def test_a_plain_chat_answers_while_four_grammar_requests_are_in_flight(embedded
         for thread in threads:
             thread.join(120)
     print(f"plain chat: {normal:.3f} s alone, {loaded:.3f} s beside four grammar requests ({len(statuses)} sent)")
-    assert set(statuses) <= {200, 400} and 400 in statuses
+    assert set(statuses) == {400}
     assert loaded < 3 * normal + 2.0
