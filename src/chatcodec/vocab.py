@@ -39,6 +39,15 @@ __all__ = [
 _SEPARATOR = "\U0010fffe"
 #: how many stretches of text a vocabulary remembers the tokens of
 CACHE_SIZE = 16384
+#: about how many bytes the stretches a vocabulary remembers may take, all told (their text, ids and offsets),
+#: and as much again for what a codec remembers of caller text: 64 MiB each. A stretch estimated at more than
+#: an eighth of it is never remembered (a prompt of megabytes is not a stretch chats repeat), and when the next
+#: ones would pass the bound, everything is forgotten at once (chats repeat their recent stretches, not old ones)
+CACHE_BYTES = 64 << 20
+#: the estimated bytes a remembered token takes: its id in a list, its offsets, its share of the encoding
+_TOKEN_BYTES = 160
+#: and a remembered stretch, besides its text and tokens
+_ENTRY_BYTES = 256
 #: how many new stretches are joined into one call of the tokenizer
 _JOINED = 64
 
@@ -150,12 +159,14 @@ class Matching:
     """What one codec matches in a prompt: its control tokens, the other added tokens (None if none), and
     what it remembers of stretches of caller text (see :meth:`Vocabulary.tokenize`)."""
 
-    __slots__ = ("allowed", "control", "memo")
+    __slots__ = ("allowed", "control", "memo", "memo_bytes")
 
     def __init__(self, control: re.Pattern[str], allowed: re.Pattern[str] | None) -> None:
         self.control = control
         self.allowed = allowed
         self.memo: dict[tuple[str, bool, tuple[tuple[str, str], ...]], _Restored] = {}
+        #: the estimated bytes of the memo (bounded by CACHE_BYTES)
+        self.memo_bytes = 0
 
 
 #: a stretch of caller text, restored: its pieces (text, is an added token, offset) and its escaped
@@ -291,6 +302,7 @@ class Vocabulary:
         self._pieces: Pieces | bool | None = False
         self.split_special_tokens = split_special_tokens
         self._cache: dict[tuple[str, bool], tuple[list[int], Any, int, int]] = {}
+        self._cache_bytes = 0
         self._affixes: tuple[list[int], list[int]] | None = None
         self._without: dict[frozenset[str], Tokenizer] = {}
         self._lock = threading.Lock()
@@ -467,9 +479,14 @@ class Vocabulary:
                     at = match.end()
             if at < len(restored):
                 parts.append((restored[at:], False, at))
-            if len(matching.memo) >= CACHE_SIZE:
-                matching.memo.clear()
-            known = matching.memo[key] = (tuple(parts), found)
+            known = (tuple(parts), found)
+            size = 3 * len(text) + _ENTRY_BYTES * (len(parts) + len(found) + 1)
+            if size <= CACHE_BYTES // 8:  # the text, restored, and its pieces; a huge stretch is not kept
+                if len(matching.memo) >= CACHE_SIZE or matching.memo_bytes + size > CACHE_BYTES:
+                    matching.memo.clear()
+                    matching.memo_bytes = 0
+                matching.memo[key] = known
+                matching.memo_bytes += size
         parts_known, found_known = known
         cache = self._cache
         for piece, is_token, offset in parts_known:
@@ -503,10 +520,28 @@ class Vocabulary:
             joined.sort(key=lambda key: not key[1])  # a stretch at the start of the prompt goes first
             for chunk in range(0, len(joined), _JOINED):
                 self._encode_joined(joined[chunk : chunk + _JOINED], fresh)
-        if len(self._cache) + len(keys) > CACHE_SIZE:
-            self._cache.clear()  # a rough bound: chats repeat their recent stretches, not old ones
-        self._cache.update(fresh)
+        self._remember(fresh)
         return fresh
+
+    def _remember(self, fresh: dict[tuple[str, bool], tuple[list[int], Any, int, int]]) -> None:
+        """Keep new stretches in the cache, within :data:`CACHE_SIZE` entries and :data:`CACHE_BYTES`."""
+        keep = {}
+        size = 0
+        for key, entry in fresh.items():
+            entry_size = 2 * len(key[0]) + _TOKEN_BYTES * len(entry[0]) + _ENTRY_BYTES
+            if entry_size <= CACHE_BYTES // 8:
+                keep[key] = entry
+                size += entry_size
+        if len(self._cache) + len(keep) > CACHE_SIZE or self._cache_bytes + size > CACHE_BYTES:
+            self._cache.clear()  # a rough bound: chats repeat their recent stretches, not old ones
+            self._cache_bytes = 0
+        self._cache.update(keep)
+        self._cache_bytes += size
+
+    @property
+    def cache_bytes(self) -> int:
+        """The estimated bytes of the stretches remembered (at most :data:`CACHE_BYTES`)."""
+        return self._cache_bytes
 
     def _encode_pieces(
         self, keys: list[tuple[str, bool]], fresh: dict[tuple[str, bool], tuple[list[int], Any, int, int]]
@@ -778,6 +813,7 @@ class ExternalVocabulary(Vocabulary):
         self.split_special_tokens = False
         self._names = {index: text for text, index in self.added.items()}
         self._cache = {}
+        self._cache_bytes = 0
         self._affixes = None
         self._without = {}
         self._lock = threading.Lock()
@@ -787,9 +823,7 @@ class ExternalVocabulary(Vocabulary):
         for key in keys:
             ids, spans = self.text_tokenizer.encode_plain(key[0])
             fresh[key] = (ids, _Spans(spans), 0, 0)
-        if len(self._cache) + len(keys) > CACHE_SIZE:
-            self._cache.clear()
-        self._cache.update(fresh)
+        self._remember(fresh)
         return fresh
 
     def _token_text(self, token: int) -> str | None:

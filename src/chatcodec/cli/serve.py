@@ -95,10 +95,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
 
-        from ..backends import Backend, LlamaBackend, RemoteBackend
-        from ..server import create_app
+        from ..server import create_app  # noqa: F401
     except ImportError as exc:
         raise LoadError(
             f"chatcodec serve needs the serve extra ({exc.name} is missing): pip install 'chatcodec[serve]'."
@@ -106,6 +105,18 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
     listening = _listen(args.host, args.port)  # a port already taken is one line, before anything loads
+    try:
+        return _serve(args, listening)
+    finally:
+        listening.close()
+
+
+def _serve(args: argparse.Namespace, listening: socket.socket) -> int:
+    import uvicorn
+
+    from ..backends import Backend, LlamaBackend, RemoteBackend
+    from ..server import create_app
+
     _log_to_stderr(quiet=args.quiet)
     backend: Backend
     template = common.with_limits(load_template(args.template), args) if args.template else None

@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.applications import Starlette
@@ -27,9 +28,10 @@ from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, Inpu
 from ..render import ChatTemplate
 from ..tokens import Codec
 from ..vocab import TextTokenizer
+from . import bodies
 from .access import AccessLog, Metered
 from .chat import ASK_TOKEN_IDS, ChatService, Generated, Plan
-from .errors import APIError
+from .errors import APIError, json_bytes
 from .protocol import parse_chat, parse_completion
 
 if TYPE_CHECKING:
@@ -48,10 +50,15 @@ MAX_BODY = 8 * 1024 * 1024
 #: for 2.5 MB), which on the event loop would stall every other request and stream; past this many, the
 #: next ones wait
 PLANNERS = 4
+#: how many /tokenize and /detokenize requests are worked on at once, on threads of their own: megabytes of
+#: text or ids take seconds, and on the planners' threads a few of them would hold up every chat
+TOKENIZERS = 2
+#: how long a request body may take to arrive, in seconds (then 408)
+BODY_TIMEOUT = 30.0
 
 
-def _error(exc: APIError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status)
+def _error(exc: APIError) -> Response:
+    return Response(json_bytes(exc.body()), status_code=exc.status, media_type="application/json")
 
 
 def _backend_error(exc: BackendError) -> APIError:
@@ -62,12 +69,21 @@ def _backend_error(exc: BackendError) -> APIError:
     return APIError(502, str(exc))
 
 
-async def _read_body(request: Request, max_body: int) -> bytearray:
+async def _read_body(request: Request, max_body: int, timeout: float = BODY_TIMEOUT) -> bytearray:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body:
         raise APIError(400, f"The request body is {int(length)} bytes; the limit is {max_body}.", param="body")
     data = bytearray()
-    async for piece in request.stream():
+    deadline = asyncio.get_running_loop().time() + timeout
+    pieces = request.stream()
+    while True:
+        left = deadline - asyncio.get_running_loop().time()
+        try:  # a client that stalls mid-upload does not hold the request open
+            piece = await asyncio.wait_for(anext(pieces, None), max(left, 0.0))
+        except asyncio.TimeoutError:
+            raise APIError(408, f"The request body did not arrive within {timeout:g} s.", param="body") from None
+        if piece is None:
+            break
         data += piece
         if len(data) > max_body:
             raise APIError(400, f"The request body is over the limit of {max_body} bytes.", param="body")
@@ -77,8 +93,8 @@ async def _read_body(request: Request, max_body: int) -> bytearray:
 
 
 def _json(data: bytearray) -> Any:
-    try:
-        return json.loads(data)
+    try:  # long lists of numbers a slice at a time, so that the event loop goes on meanwhile
+        return bodies.loads(data)
     except (ValueError, RecursionError) as exc:
         raise APIError(400, f"The request body is not valid JSON: {exc}", param="body") from None
 
@@ -91,6 +107,7 @@ def create_app(
     tool_parser: str | None = None,
     polyfill: str | bool = "auto",
     max_body: int = MAX_BODY,
+    body_timeout: float = BODY_TIMEOUT,
     default_max_tokens: int | None = None,
     tokenizer: Tokenizer | TextTokenizer | None = None,
 ) -> Starlette:
@@ -98,7 +115,8 @@ def create_app(
 
     ``tokenizer`` is the model's (default: the backend's own ``tokenizer``, as the embedded model has): chats are
     then encoded to token ids by a :class:`~chatcodec.Codec`, so text from the caller never becomes a control
-    token. Without one, prompts go to the backend as text.
+    token. Without one, prompts go to the backend as text. A request body may hold ``max_body`` bytes and must
+    arrive within ``body_timeout`` seconds (then 408).
 
     Each request is logged in one line on the ``chatcodec.access`` logger (:mod:`chatcodec.server.access`).
     """
@@ -117,16 +135,18 @@ def create_app(
         codec=codec,
     )
 
-    planners = asyncio.Semaphore(PLANNERS)
+    # Two pools, so that one kind of work cannot starve the other: chats are planned on one, tokenize and
+    # detokenize requests worked on the other; past their threads, requests wait their turn in their own queue.
+    planners = ThreadPoolExecutor(PLANNERS, thread_name_prefix="chatcodec-plan")
+    tokenizers = ThreadPoolExecutor(TOKENIZERS, thread_name_prefix="chatcodec-tokens")
 
-    async def off_the_loop(work: Callable[[], _T]) -> _T:
-        """``work()`` on a worker thread, at most :data:`PLANNERS` at once."""
-        async with planners:
-            return await asyncio.to_thread(work)
+    async def off_the_loop(work: Callable[[], _T], pool: ThreadPoolExecutor = planners) -> _T:
+        """``work()`` on a thread of ``pool`` (the planners', by default)."""
+        return await asyncio.get_running_loop().run_in_executor(pool, work)
 
     async def read_json(request: Request) -> Any:
         """The request's JSON body, parsed on a worker thread (8 MiB of JSON takes tens of milliseconds)."""
-        return await off_the_loop(functools.partial(_json, await _read_body(request, max_body)))
+        return await off_the_loop(functools.partial(_json, await _read_body(request, max_body, body_timeout)))
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -161,7 +181,7 @@ def create_app(
         return plan
 
     async def chat(request: Request) -> Response:
-        data = await _read_body(request, max_body)
+        data = await _read_body(request, max_body, body_timeout)
         plan = await off_the_loop(functools.partial(plan_chat, data))
         if plan.request.stream:
             gen, first = await _until_disconnect(request, service.first_chunk(plan))
@@ -280,20 +300,31 @@ def create_app(
             raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
 
     async def tokenize(request: Request) -> Response:
-        data = await _read_body(request, max_body)
-        body, text, ids = await off_the_loop(functools.partial(tokenize_request, data))
+        data = await _read_body(request, max_body, body_timeout)
+        body, text, ids = await off_the_loop(functools.partial(tokenize_request, data), tokenizers)
         if ids is None:
             ids = await backend.tokenize(text)
         answer: dict[str, Any] = {"count": len(ids), "max_model_len": backend.info.context_length, "tokens": ids}
         if body.get("return_token_strs"):
-            answer["token_strs"] = [await backend.detokenize([i]) for i in ids]
-        return JSONResponse(answer)
+            # the embedded model's tokenizer gives every token's text in one call, on the tokenizers' pool
+            token_texts = getattr(getattr(backend, "tokenizer", None), "token_texts", None)
+            if callable(token_texts):
+                answer["token_strs"] = await off_the_loop(functools.partial(token_texts, ids), tokenizers)
+            else:
+                answer["token_strs"] = [await backend.detokenize([i]) for i in ids]
+        content = await off_the_loop(functools.partial(bodies.dumps, answer), tokenizers)
+        return Response(content, media_type="application/json")
 
-    async def detokenize(request: Request) -> Response:
-        body = await read_json(request)
+    def detokenize_request(data: bytearray) -> list[int]:
+        body = _json(data)
         ids = body.get("tokens") if isinstance(body, dict) else None
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise APIError(400, "tokens must be a list of token ids.", param="tokens")
+        return ids
+
+    async def detokenize(request: Request) -> Response:
+        data = await _read_body(request, max_body, body_timeout)
+        ids = await off_the_loop(functools.partial(detokenize_request, data), tokenizers)
         return JSONResponse({"prompt": await backend.detokenize(ids)})
 
     async def models(request: Request) -> Response:
@@ -341,6 +372,8 @@ def create_app(
                 log.warning("%s", exc)
         yield
         await backend.aclose()
+        planners.shutdown(wait=False, cancel_futures=True)
+        tokenizers.shutdown(wait=False, cancel_futures=True)
 
     routes = [
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),

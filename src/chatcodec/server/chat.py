@@ -8,6 +8,7 @@ stream of chunks. It keeps its own time apart from the backend's, per request (:
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from collections import deque
@@ -20,6 +21,7 @@ from typing import Any
 from ..backends import Backend, Chunk, Constraint, Generation
 from ..decoders import AssistantMessage, Decoder, Delta, ToolCall, decoder, decoder_for
 from ..exceptions import ChatcodecError, InputError, TemplateError
+from ..refs import validator
 from ..render import ChatTemplate
 from ..tokens import Codec
 from .constrain import Frame, learn_frame, response_constraint, text_constraint, thinking_for, tool_constraint
@@ -27,6 +29,8 @@ from .errors import APIError
 from .protocol import ChatRequest
 
 __all__ = ["ASK_TOKEN_IDS", "ChatService", "Generated", "Overhead", "Plan"]
+
+log = logging.getLogger("chatcodec.server")
 
 
 class Overhead:
@@ -243,7 +247,10 @@ class ChatService:
     def _frame(self, format_name: str, kwargs: Mapping[str, Any]) -> Frame | None:
         if format_name in ("generic", "content"):
             return None
-        return _frame_for(self.template, json.dumps(dict(kwargs), sort_keys=True, default=str))
+        key = json.dumps(dict(kwargs), sort_keys=True, default=str)
+        if len(key) > _FRAME_KEY:  # not remembered: 64 keys of megabytes would be a cache of gigabytes
+            return learn_frame(self.template, kwargs)
+        return _frame_for(self.template, key)
 
     # --- answering ----------------------------------------------------------------------------------------
 
@@ -253,7 +260,8 @@ class ChatService:
         """Split decoded calls into valid ones and invalid ones (cut off, not JSON, unknown name, against the
         schema). An invalid one is ``{"index", "id", "name", "arguments", "raw", "error"}``, as the
         decoders write ``invalid_tool_calls``."""
-        import jsonschema
+        from jsonschema.exceptions import best_match
+        from referencing.exceptions import Unresolvable
 
         found = [(getattr(call, "index", i), call) for i, call in enumerate(message.tool_calls)]
         found += [(call.index, call) for call in getattr(message, "invalid_tool_calls", ())]
@@ -267,11 +275,15 @@ class ChatService:
             if error is None and not isinstance(call.arguments, dict):
                 error = "the arguments are not a JSON object"
             if error is None and fn is not None:
-                try:
-                    jsonschema.validate(call.arguments, fn.get("parameters") or {})
-                except jsonschema.ValidationError as exc:
-                    where = "/".join(str(p) for p in exc.absolute_path)
-                    error = f"the arguments do not match the schema{' at ' + where if where else ''}: {exc.message}"
+                try:  # a validator that never fetches a schema (chatcodec.refs)
+                    check = validator(fn.get("parameters") or {}, where=f"the parameters schema of {call.name}")
+                    exc = best_match(check.iter_errors(call.arguments))
+                except (ChatcodecError, Unresolvable) as problem:
+                    error = f"the arguments could not be checked: {problem}"
+                else:
+                    if exc is not None:
+                        where = "/".join(str(p) for p in exc.absolute_path)
+                        error = f"the arguments do not match the schema{' at ' + where if where else ''}: {exc.message}"
             if error is None:
                 valid.append(call)
             else:
@@ -439,6 +451,13 @@ class ChatService:
             clock.pause()
             yield b"data: " + json.dumps(APIError(status, str(exc)).body()).encode() + b"\n\n"
             yield b"data: [DONE]\n\n"
+        except Exception as exc:  # never a stream cut without an error event and its end
+            self.overhead.errors += 1
+            log.exception("unexpected error while streaming")
+            clock.pause()
+            body = APIError(500, f"Internal error: {type(exc).__name__}: {exc}").body()
+            yield b"data: " + json.dumps(body).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
         finally:
             clock.pause()
             self.overhead.add(clock.total)
@@ -482,6 +501,10 @@ class _Ids:
         if made is None:
             made = self._made[index] = "call_" + secrets.token_hex(12)
         return made
+
+
+#: the longest chat_template_kwargs (as JSON) whose learned frame is remembered
+_FRAME_KEY = 4096
 
 
 @lru_cache(maxsize=64)

@@ -22,7 +22,18 @@ text around the name and the arguments becomes the literal frame of the grammar.
 
 Schemas are followed where a grammar can follow them (types, properties and required keys, enums,
 consts, anyOf/oneOf, local ``$ref``, array items and bounds, string lengths, dates); what a grammar
-cannot follow (patterns, numeric bounds) is left to the jsonschema check after generation.
+cannot follow (patterns, numeric bounds, ``not``, ``if``/``then``) is left to the jsonschema check after
+generation. References are resolved by :mod:`chatcodec.refs`, within the document only.
+
+Building is linear in the schema: each subschema is turned into a rule once (by identity, and each ``$ref``
+once), however often it is reached, so nested ``anyOf`` or a ``type`` list over shared children cannot
+multiply the work. Past :data:`MAX_STEPS` subschemas, :data:`MAX_DEPTH` levels or :data:`MAX_GRAMMAR`
+characters of grammar, the schema is refused (an :class:`~chatcodec.InputError`, a 400 in the server); choices
+nested deeper than :data:`MAX_CHOICES` are any JSON value in the grammar (the sampler's work per token would
+multiply with each), left to the check after generation. Refused too
+is a schema whose grammar llama.cpp would not take: a lower bound over :data:`MAX_REPEAT` (``minItems``,
+``minLength``), or a reference that reaches itself before any character is written (left recursion). An upper
+bound over :data:`MAX_REPEAT` is left to the check after generation.
 
 >>> g = GrammarBuilder()
 >>> print(g.build(g.schema({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}, "args")))
@@ -40,9 +51,23 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..exceptions import InputError
+from ..exceptions import InputError, SchemaError
+from ..refs import resolve_ref
 
-__all__ = ["GrammarBuilder", "gbnf_literal"]
+__all__ = ["MAX_CHOICES", "MAX_DEPTH", "MAX_GRAMMAR", "MAX_REPEAT", "MAX_STEPS", "GrammarBuilder", "gbnf_literal"]
+
+#: how many subschemas (and enum values) one grammar may be built from
+MAX_STEPS = 20_000
+#: how deeply subschemas may nest in the grammar (chatcodec.refs refuses deeper schemas first)
+MAX_DEPTH = 160
+#: the longest grammar text built, in characters
+MAX_GRAMMAR = 1 << 20
+#: the largest repetition count a grammar writes (llama.cpp refuses counts over 2000)
+MAX_REPEAT = 1000
+#: how many choices (anyOf, oneOf, type lists) a grammar nests: llama.cpp's sampler follows every alternative that
+#: still matches, so choices that overlap, nested, multiply its work per token (shared anyOf 60 deep held the
+#: model for minutes); deeper ones are any JSON value in the grammar, checked after generation
+MAX_CHOICES = 6
 
 _PRIMITIVES: dict[str, str] = {
     "ws": '| " "',
@@ -100,6 +125,11 @@ class GrammarBuilder:
         self._by_body: dict[str, str] = {}
         self._refs: dict[str, str] = {}
         self._root_schema: Mapping[str, Any] = {}
+        #: id(subschema) -> (the subschema, kept alive so its id stays its own, and its rule)
+        self._done: dict[int, tuple[Any, str]] = {}
+        self._steps = 0
+        self._depth = 0
+        self._choices = 0  # how many anyOf/oneOf/type lists the subschema being built is inside
 
     # --- rules --------------------------------------------------------------------------------------------
 
@@ -178,16 +208,46 @@ class GrammarBuilder:
                 used.append(name)
                 todo += _references(self._rules[name])
         lines = [f"root ::= {root}"] + [f"{name} ::= {self._rules[name]}" for name in used]
-        return "\n".join(lines) + "\n"
+        text = "\n".join(lines) + "\n"
+        if len(text) > MAX_GRAMMAR:
+            raise InputError(f"The schema makes a grammar of {len(text)} characters; the limit is {MAX_GRAMMAR}.")
+        looping = _left_recursive({name: self._rules[name] for name in used})
+        if looping is not None:
+            raise InputError(
+                f"The schema for {looping} refers to itself before any character is written (left recursion):"
+                " no grammar can follow it."
+            )
+        return text
 
     # --- JSON schemas -------------------------------------------------------------------------------------
 
     def schema(self, schema: Any, hint: str = "value", *, root: Mapping[str, Any] | None = None) -> str:
         """The rule name for values valid under ``schema`` (as far as a grammar can say)."""
         if root is not None and root is not self._root_schema:
-            self._root_schema, self._refs = root, {}
+            self._root_schema, self._refs, self._done = root, {}, {}
         elif not self._root_schema and isinstance(schema, Mapping):
             self._root_schema = schema
+        done = self._done.get(id(schema))
+        if done is not None and done[0] is schema:
+            return done[1]
+        self._spend(1)
+        if self._depth >= MAX_DEPTH:
+            raise InputError(f"The schema for {hint} nests deeper than {MAX_DEPTH} levels.")
+        self._depth += 1
+        try:
+            name = self._schema(schema, hint)
+        finally:
+            self._depth -= 1
+        if isinstance(schema, Mapping):
+            self._done[id(schema)] = (schema, name)
+        return name
+
+    def _spend(self, steps: int) -> None:
+        self._steps += steps
+        if self._steps > MAX_STEPS:
+            raise InputError(f"The schema is too large to constrain generation: over {MAX_STEPS} subschemas.")
+
+    def _schema(self, schema: Any, hint: str) -> str:
         if schema is True or schema == {}:
             return self.primitive("value")
         if schema is False:
@@ -203,15 +263,22 @@ class GrammarBuilder:
         if isinstance(enum, list):
             if not enum:
                 raise InputError(f"The schema for {hint} has an empty enum: no value is valid.")
+            self._spend(len(enum))
             return self.rule(hint, " | ".join(gbnf_literal(_json(v)) for v in enum))
         for key in ("anyOf", "oneOf"):
             options = schema.get(key)
             if isinstance(options, list) and options:
+                if self._choices >= MAX_CHOICES:
+                    return self.primitive("value")  # deeper choices are left to the check after generation
                 rest = {k: v for k, v in schema.items() if k != key}
-                names = [
-                    self.schema({**rest, **o} if isinstance(o, Mapping) else o, f"{hint}-{i}")
-                    for i, o in enumerate(options)
-                ]
+                self._choices += 1
+                try:
+                    names = [
+                        self.schema({**rest, **o} if isinstance(o, Mapping) else o, f"{hint}-{i}")
+                        for i, o in enumerate(options)
+                    ]
+                finally:
+                    self._choices -= 1
                 return self.rule(hint, " | ".join(names))
         all_of = schema.get("allOf")
         if isinstance(all_of, list) and all_of:
@@ -219,9 +286,14 @@ class GrammarBuilder:
         kind = schema.get("type")
         if isinstance(kind, list):
             kinds = [k for k in kind if k in _TYPES]
-            if not kinds:
+            if not kinds or self._choices >= MAX_CHOICES:
                 return self.primitive("value")
-            return self.rule(hint, " | ".join(self.schema({**schema, "type": k}, f"{hint}-{k}") for k in kinds))
+            self._choices += 1
+            try:
+                names = [self.schema({**schema, "type": k}, f"{hint}-{k}") for k in kinds]
+            finally:
+                self._choices -= 1
+            return self.rule(hint, " | ".join(names))
         if kind is None:
             if "properties" in schema:
                 kind = "object"
@@ -242,15 +314,11 @@ class GrammarBuilder:
     def _ref(self, ref: str, hint: str) -> str:
         if ref in self._refs:
             return self._refs[ref]
-        if not ref.startswith("#/"):
-            raise InputError(f"Only local $ref values (#/$defs/...) are supported, not {ref!r}.")
-        target: Any = self._root_schema
-        for part in ref[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if not isinstance(target, Mapping) or part not in target:
-                raise InputError(f"The $ref {ref!r} points at nothing in the schema.")
-            target = target[part]
-        name = self._fresh(ref.rsplit("/", 1)[-1])
+        try:
+            target = resolve_ref(self._root_schema, ref, where=f"the schema for {hint}")
+        except SchemaError as exc:
+            raise InputError(str(exc)) from None
+        name = self._fresh(ref.rsplit("/", 1)[-1] or "self")
         self._refs[ref] = name
         self._rules[name] = ""  # reserved while the body is built (recursive schemas)
         body = self.schema(target, name + "-def")
@@ -291,10 +359,13 @@ class GrammarBuilder:
         item = self.schema(items if items is not None else True, hint + "-item")
         ws = self.primitive("ws")
         min_items, max_items = schema.get("minItems"), schema.get("maxItems")
-        low: int = min_items if isinstance(min_items, int) else 0
-        high: int | None = max_items if isinstance(max_items, int) else None
+        low: int = min_items if isinstance(min_items, int) and not isinstance(min_items, bool) else 0
+        high: int | None = max_items if isinstance(max_items, int) and not isinstance(max_items, bool) else None
         if high is not None and high < low:
             raise InputError(f"The schema for {hint} has maxItems below minItems.")
+        _check_repeat(low, "minItems", hint)
+        if high is not None and high > MAX_REPEAT:
+            high = None  # left to the check after generation
         if high == 0:
             return self.rule(hint, f'"[" {ws} "]"')
         more = f'( {ws} "," {ws} {item} )'
@@ -310,13 +381,25 @@ class GrammarBuilder:
     def _string(self, schema: Mapping[str, Any], hint: str) -> str:
         if schema.get("format") == "date":
             return self.primitive("date")
-        low = schema.get("minLength") if isinstance(schema.get("minLength"), int) else 0
-        high = schema.get("maxLength") if isinstance(schema.get("maxLength"), int) else None
+        min_length, max_length = schema.get("minLength"), schema.get("maxLength")
+        low: int = min_length if isinstance(min_length, int) and not isinstance(min_length, bool) else 0
+        high: int | None = max_length if isinstance(max_length, int) and not isinstance(max_length, bool) else None
+        _check_repeat(low, "minLength", hint)
+        if high is not None and (high > MAX_REPEAT or high < low):
+            high = None  # left to the check after generation
         if not low and high is None:
             return self.primitive("string")
         char = self.primitive("char")
         count = f"{{{low},{high}}}" if high is not None else f"{{{low},}}"
         return self.rule(hint, f'"\\"" {char}{count} "\\""')
+
+
+def _check_repeat(low: int, keyword: str, hint: str) -> None:
+    if low > MAX_REPEAT:
+        raise InputError(
+            f"The schema for {hint} has {keyword} {low}: a grammar repeats at most {MAX_REPEAT} times,"
+            " so generation cannot be constrained to it."
+        )
 
 
 _LITERALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
@@ -358,3 +441,119 @@ def _merge(schema: Mapping[str, Any], parts: Sequence[Any]) -> dict[str, Any]:
     if required:
         merged["required"] = required
     return merged
+
+
+# --- left recursion -----------------------------------------------------------------------------------------
+# A rule that can reach itself before reading a character never ends: llama.cpp refuses such a grammar. The
+# bodies are read back as alternatives of sequences of items (a literal, a character class, a rule name or a
+# group, each with its repetition), to find which rules each one can begin with.
+
+_TOKEN = re.compile(
+    r'\s*(?:("(?:[^"\\]|\\.)*")|(\[(?:[^\]\\]|\\.)*\])|([a-zA-Z0-9-]+)|([()|])|([?*+]|\{\d+(?:,\d*)?\}))'
+)
+
+#: an item: (kind, value, may be absent); kind "lit" (value: its text is empty), "class", "name", "group"
+_Item = tuple[str, Any, bool]
+
+
+def _parse_alternatives(tokens: list[tuple[str, str]], at: int) -> tuple[list[list[_Item]], int]:
+    alternatives: list[list[_Item]] = [[]]
+    while at < len(tokens):
+        kind, text = tokens[at]
+        if kind == "op" and text == ")":
+            break
+        at += 1
+        if kind == "op" and text == "|":
+            alternatives.append([])
+            continue
+        item: _Item
+        if kind == "op":  # "(": a group
+            inner, at = _parse_alternatives(tokens, at)
+            at += 1  # its ")"
+            item = ("group", inner, False)
+        elif kind == "lit":
+            item = ("lit", text == '""', False)
+        else:
+            item = (kind, text, False)
+        if at < len(tokens) and tokens[at][0] == "rep":
+            rep = tokens[at][1]
+            at += 1
+            optional = rep in ("?", "*") or rep.startswith(("{0}", "{0,"))
+            item = (item[0], item[1], optional)
+        alternatives[-1].append(item)
+    return alternatives, at
+
+
+def _tokens(body: str) -> list[tuple[str, str]]:
+    out = []
+    for match in _TOKEN.finditer(body):
+        lit, cls, name, op, rep = match.groups()
+        if lit is not None:
+            out.append(("lit", lit))
+        elif cls is not None:
+            out.append(("class", cls))
+        elif name is not None:
+            out.append(("name", name))
+        elif op is not None:
+            out.append(("op", op))
+        elif rep is not None:
+            out.append(("rep", rep))
+    return out
+
+
+def _left_recursive(rules: Mapping[str, str]) -> str | None:
+    """A rule of ``rules`` that can begin with itself without reading a character, or None."""
+    parsed = {name: _parse_alternatives(_tokens(body), 0)[0] for name, body in rules.items()}
+    nullable: set[str] = set()
+
+    def item_nullable(item: _Item) -> bool:
+        kind, value, optional = item
+        if optional:
+            return True
+        if kind == "lit":
+            return bool(value)
+        if kind == "name":
+            return value in nullable
+        if kind == "group":
+            return any(all(item_nullable(i) for i in seq) for seq in value)
+        return False
+
+    changed = True
+    while changed:
+        changed = False
+        for name, alternatives in parsed.items():
+            if name not in nullable and any(all(item_nullable(i) for i in seq) for seq in alternatives):
+                nullable.add(name)
+                changed = True
+
+    def first_names(alternatives: list[list[_Item]]) -> set[str]:
+        found: set[str] = set()
+        for seq in alternatives:
+            for item in seq:
+                if item[0] == "name" and item[1] in parsed:
+                    found.add(item[1])
+                elif item[0] == "group":
+                    found |= first_names(item[1])
+                if not item_nullable(item):
+                    break
+        return found
+
+    edges = {name: first_names(alternatives) for name, alternatives in parsed.items()}
+    state: dict[str, int] = {}  # 1: on the path, 2: finished
+    for start in edges:
+        if start in state:
+            continue
+        stack = [(start, iter(edges[start]))]
+        state[start] = 1
+        while stack:
+            name, todo = stack[-1]
+            nxt = next(todo, None)
+            if nxt is None:
+                state[name] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return nxt
+            elif nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, iter(edges[nxt])))
+    return None

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..exceptions import SchemaError
+from ..refs import check_refs
 from .errors import APIError
 
 __all__ = ["ChatRequest", "CompletionRequest", "ResponseFormat", "parse_chat", "parse_completion"]
@@ -385,6 +387,10 @@ def _check_schema(schema: Any, where: str) -> None:
 
     if not isinstance(schema, dict):
         raise _fail(where, f"{where} must be a JSON schema object, not {_type_name(schema)}.")
+    try:  # references within the schema only: nothing is ever fetched (chatcodec.refs)
+        check_refs(schema, where=where)
+    except SchemaError as exc:
+        raise _fail(where, str(exc)) from None
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:

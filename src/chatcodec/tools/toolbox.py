@@ -1032,19 +1032,14 @@ def _tool_dict(function: Callable[..., Any], schema: Mapping[str, Any] | None) -
 
 
 def _validator(name: str, parameters: JsonSchema) -> Any:
+    from ..refs import validator  # the one resolver: references within the schema only, nothing ever fetched
+
     try:
-        import jsonschema
+        return validator(_validation_schema(parameters), where=f"The parameters schema of {name}")
     except ImportError:  # pragma: no cover - the tools extra installs it
         raise ChatcodecError(
             "Toolbox validates arguments with jsonschema; install it with: pip install 'chatcodec[tools]'"
         ) from None
-    schema = _validation_schema(parameters)
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise SchemaError(f"The parameters schema of {name} is not a valid JSON schema: {exc.message}") from None
-    return cls(schema)
 
 
 def _validation_schema(node: Any) -> Any:
