@@ -16,7 +16,10 @@ from ..exceptions import InputError, LoadError
 from ..templates import load_template
 from . import common
 
-__all__ = ["configure", "run"]
+__all__ = ["DEFAULT_MAX_TOKENS", "configure", "run"]
+
+#: the output cap of a request that sets none: a looping small model stops here, not at the end of its context
+DEFAULT_MAX_TOKENS = 2048
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +50,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
-    parser.add_argument("--served-model-name", metavar="NAME", help="the model id clients see")
+    parser.add_argument(
+        "--served-model-name",
+        nargs="+",
+        metavar="NAME",
+        help="the model id clients see, then any aliases: a request's model must be one of them (404 otherwise)",
+    )
     parser.add_argument(
         "--tool-call-parser", metavar="FORMAT", help="output format to decode (default: from the template)"
     )
@@ -75,6 +83,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="remote backend: longest wait for its next token (default: 60)",
     )
+    parser.add_argument(
+        "--max-tokens-default",
+        type=common.positive_int,
+        default=DEFAULT_MAX_TOKENS,
+        metavar="N",
+        help="the output cap of a request that sets none, cut to what the context leaves (default:"
+        f" {DEFAULT_MAX_TOKENS})",
+    )
+    parser.add_argument(
+        "--responses-store",
+        metavar="PATH|none",
+        help="the SQLite file of the Responses API's stored responses, shared by every server on it (default:"
+        " responses.sqlite3 under $XDG_DATA_HOME/chatcodec, ~/.local/share/chatcodec); none keeps nothing",
+    )
+    parser.add_argument(
+        "--responses-store-entries",
+        type=common.positive_int,
+        metavar="N",
+        help="at most N stored responses, the oldest out first (default: 10000)",
+    )
+    parser.add_argument(
+        "--responses-store-bytes",
+        type=common.positive_int,
+        metavar="N",
+        help="at most N bytes of stored responses' JSON, the oldest out first (default: 256 MiB)",
+    )
     common.add_limit_options(parser)
     parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
 
@@ -92,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
     backend: Backend
+    names = args.served_model_name or []
+    served = names[0] if names else None
     template = common.with_limits(load_template(args.template), args) if args.template else None
     tokenizer: Any = None
     if args.tokenizer and not args.backend:
@@ -106,25 +142,44 @@ def run(args: argparse.Namespace) -> int:
                 " --tokenizer (the model's .gguf or tokenizer.json) to send token ids"
             )
         backend = RemoteBackend(
-            args.backend, model=args.served_model_name, dialect=args.structured_outputs, timeout=args.backend_timeout
+            args.backend, model=served, dialect=args.structured_outputs, timeout=args.backend_timeout
         )
     else:
         print("chatcodec: loading the model ...", file=sys.stderr, flush=True)
-        llama = LlamaBackend(args.model, n_ctx=args.ctx_size, n_threads=args.threads, name=args.served_model_name)
+        llama = LlamaBackend(args.model, n_ctx=args.ctx_size, n_threads=args.threads, name=served)
         template = template if template is not None else common.with_limits(llama.template, args)
         backend = llama
     app = create_app(
         backend,
         template,
-        model=args.served_model_name,
+        model=served,
         tool_parser=args.tool_call_parser,
         polyfill=False if args.no_polyfill else "auto",
         tokenizer=tokenizer,
+        aliases=names[1:],
+        default_max_tokens=args.max_tokens_default,
+        store=_store(args),
     )
     common.flush_notes()
     print(f"chatcodec: serving {backend.info.id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
+
+
+def _store(args: argparse.Namespace) -> Any:
+    """The Responses store the flags ask for (None for ``--responses-store none``); the file opens on first use."""
+    from ..server.store import MAX_BYTES, MAX_ENTRIES, ResponseStore, default_path
+
+    if args.responses_store is not None and args.responses_store.lower() == "none":
+        return None
+    path = Path(args.responses_store).expanduser() if args.responses_store else default_path()
+    if path.is_dir():
+        raise InputError(f"--responses-store: {path} is a folder; give the SQLite file's path (or none).")
+    return ResponseStore(
+        path,
+        max_entries=args.responses_store_entries or MAX_ENTRIES,
+        max_bytes=args.responses_store_bytes or MAX_BYTES,
+    )
 
 
 def _tokenizer(given: str | None, template: str) -> Any:

@@ -30,6 +30,10 @@ from . import common
 
 __all__ = ["configure", "load_functions", "run"]
 
+#: max_tokens of each round unless --max-tokens says otherwise: a small model that loops stops here (532 s and
+#: 19.7 KB of repeated text without a cap)
+ROUND_MAX_TOKENS = 512
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = "Tool schemas from Python functions, and the function-calling loop against a model."
@@ -84,7 +88,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     loop.add_argument("--max-rounds", type=int, default=8, metavar="N", help="at most N requests (default: 8)")
     loop.add_argument("--call-timeout", type=float, default=30.0, metavar="SECONDS", help="per tool call (default: 30)")
-    loop.add_argument("--max-tokens", type=int, metavar="N", help="max_tokens of each request")
+    loop.add_argument(
+        "--max-tokens",
+        type=common.positive_int,
+        default=ROUND_MAX_TOKENS,
+        metavar="N",
+        help=f"max_tokens of each request (default: {ROUND_MAX_TOKENS}, so that a looping model stops)",
+    )
     loop.add_argument("--temperature", type=float, metavar="T", help="temperature of each request")
     loop.add_argument("--seed", type=int, metavar="N", help="seed of each request")
     common.add_output_options(
@@ -125,6 +135,7 @@ def _run_loop(args: argparse.Namespace, out: IO[str]) -> int:
         for key, value in (("max_tokens", args.max_tokens), ("temperature", args.temperature), ("seed", args.seed))
         if value is not None
     }
+    common.note(f"each round asks for at most {args.max_tokens} tokens (--max-tokens N to change it)")
     common.flush_notes()
     transcript = toolbox.run(
         client,
