@@ -83,6 +83,7 @@ class ResponseStore:
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             db.execute("PRAGMA busy_timeout = 30000")
             db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash of the process loses nothing committed
             db.execute(_SCHEMA)
             self._local.db = db
         return db
