@@ -214,12 +214,14 @@ def test_run_prints_the_transcript(server: Server, roundtrip: dict[str, Any]) ->
     assert [m["content"] for m in transcript[2:4]] == [m["content"] for m in roundtrip["messages"][2:4]]
     assert stderr.splitlines() == [
         "chatcodec: note: asking model 'scripted-model', the first the server lists (choose with --model)",
+        "chatcodec: note: each round asks for at most 512 tokens (--max-tokens N to change it)",
         'chatcodec: round 1: get_current_temperature({"location": "San Francisco, CA, USA"}),'
         ' get_temperature_date({"location": "San Francisco, CA, USA", "date": "2024-10-01"})',
         "chatcodec: round 2: the model answered",
     ]
     first, second = server.requests
     assert (first["model"], first["tool_choice"], first["temperature"]) == ("scripted-model", "required", 0)
+    assert first["max_tokens"] == second["max_tokens"] == 512, "a bounded default per round"
     assert second["tool_choice"] == "auto"
 
 
