@@ -68,7 +68,11 @@ def test_raw_completions(embedded: Server) -> None:
     streamed = "".join(
         c.choices[0].text
         for c in client.completions.create(
-            model="SmolLM2-135M-Instruct", prompt=SMOL_PROMPT.format("Count to five."), max_tokens=6, temperature=0, stream=True
+            model="SmolLM2-135M-Instruct",
+            prompt=SMOL_PROMPT.format("Count to five."),
+            max_tokens=6,
+            temperature=0,
+            stream=True,
         )
         if c.choices
     )
@@ -104,7 +108,10 @@ def test_concurrent_requests_queue_for_the_model(embedded: Server) -> None:
 
     def ask(i: int) -> str:
         answer = client.chat.completions.create(
-            model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": f"Say the number {i}."}], max_tokens=8, temperature=0
+            model="SmolLM2-135M-Instruct",
+            messages=[{"role": "user", "content": f"Say the number {i}."}],
+            max_tokens=8,
+            temperature=0,
         )
         return answer.choices[0].message.content or ""
 
@@ -155,7 +162,13 @@ def test_raw_completions_give_token_ids_per_choice(embedded: Server) -> None:
     """On /v1/completions, vLLM puts ``prompt_token_ids`` and ``token_ids`` in the choice (the prompt's in the
     first event of a stream)."""
     prompt = SMOL_PROMPT.format("Count to five.")
-    body = {"model": "SmolLM2-135M-Instruct", "prompt": prompt, "max_tokens": 6, "temperature": 0, "return_token_ids": True}
+    body = {
+        "model": "SmolLM2-135M-Instruct",
+        "prompt": prompt,
+        "max_tokens": 6,
+        "temperature": 0,
+        "return_token_ids": True,
+    }
     whole = httpx.post(embedded.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
     tokens = httpx.post(embedded.url + "/tokenize", json={"prompt": prompt}, timeout=30).json()["tokens"]
     assert whole["prompt_token_ids"] == tokens and len(whole["token_ids"]) == 6

@@ -19,6 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
+from chatcodec.backends import ModelInfo
+from chatcodec.server.chat import ChatService, Plan
+from chatcodec.server.errors import APIError
+from chatcodec.server.protocol import ChatRequest
+
+from ..conftest import CORPUS
 from .conftest import Server, chatcodec_serve, temperature_tools
 
 #: the served name and an alias of the truth server, and its default output cap
@@ -94,9 +100,9 @@ def test_max_tokens_beyond_the_context_is_a_400_that_says_what_is_left(capped: S
     error = response.json()["error"]
     assert error["param"] == "max_tokens"
     assert f"leaves {context - prompt}" in error["message"] and str(context) in error["message"]
-    # exactly what is left is fine
-    left = post(capped, "/v1/chat/completions", {"model": NAME, "messages": USER, "max_tokens": context - prompt})
-    assert left.status_code == 200
+    # one past what is left is refused too (what is left itself would generate thousands of tokens here)
+    over = post(capped, "/v1/chat/completions", {"model": NAME, "messages": USER, "max_tokens": context - prompt + 1})
+    assert over.status_code == 400 and f"leaves {context - prompt}" in over.json()["error"]["message"]
 
 
 def test_the_default_cap_holds_a_request_without_a_limit(capped: Server) -> None:
@@ -111,7 +117,9 @@ def test_the_default_cap_holds_a_request_without_a_limit(capped: Server) -> None
 def test_tools_run_bounds_each_round_and_says_so(embedded: Server, tmp_path: Path) -> None:
     tools = tmp_path / "tools.py"
     tools.write_text(
-        'def get_time(city: str) -> str:\n    """The time in a city."""\n    return "12:00"\n', encoding="utf-8"
+        'def get_time(city: str) -> str:\n    """The time in a city.\n\n    Args:\n        city: the city\n    """\n'
+        '    return "12:00"\n',
+        encoding="utf-8",
     )
     argv = [sys.executable, "-m", "chatcodec", "tools", "run", str(tools), "--url", embedded.url + "/v1"]
     argv += ["--prompt", "What time is it in Paris?", "--max-rounds", "2", "--tool-choice", "required"]
@@ -120,3 +128,48 @@ def test_tools_run_bounds_each_round_and_says_so(embedded: Server, tmp_path: Pat
     assert "each round asks for at most 512 tokens" in done.stderr
     transcript = json.loads(done.stdout)
     assert transcript, "the loop ran"
+
+
+# --- reasoning effort, one meaning for every template (issue 30, item 3) -------------------------------
+
+
+class _Quiet:
+    """A backend that is never asked to generate: planning is under test."""
+
+    info = ModelInfo("quiet", context_length=32768)
+
+
+def _plan(template: str, **fields: Any) -> Plan:
+    from chatcodec import load_template
+
+    service = ChatService(_Quiet(), load_template(str(CORPUS / "templates" / f"{template}.jinja")), model="quiet")  # type: ignore[arg-type]
+    return service.plan(ChatRequest(messages=[{"role": "user", "content": "Hi"}], **fields))
+
+
+def test_effort_sets_enable_thinking() -> None:
+    off = _plan("Qwen-Qwen3-0.6B", reasoning_effort="none")
+    on = _plan("Qwen-Qwen3-0.6B", reasoning_effort="high")
+    assert off.prompt.endswith("<think>\n\n</think>\n\n") and not on.prompt.endswith("</think>\n\n")
+    assert off.reasoning_ignored is None
+    # the caller's own switch stands
+    kept = _plan("Qwen-Qwen3-0.6B", reasoning_effort="none", chat_template_kwargs={"enable_thinking": True})
+    assert kept.prompt == on.prompt
+
+
+def test_effort_and_budget_set_reasoning_effort() -> None:
+    assert "Reasoning: high" in _plan("openai-gpt-oss-120b", reasoning_effort="high").prompt
+    assert "Reasoning: low" in _plan("openai-gpt-oss-120b", reasoning_effort="low", thinking_budget=2048).prompt
+    with pytest.raises(APIError) as caught:
+        _plan("openai-gpt-oss-120b", reasoning_effort="minimal", reasoning_field="reasoning.effort")
+    assert caught.value.status == 400 and caught.value.param == "reasoning.effort"
+    assert "low, medium, high" in caught.value.message
+
+
+def test_a_template_without_a_switch_says_it_ignored_the_effort(capped: Server) -> None:
+    assert "ignored" in (_plan("chujiezheng-chatml", reasoning_effort="high").reasoning_ignored or "")
+    body = {"model": NAME, "messages": USER, "max_tokens": 1, "reasoning_effort": "high"}
+    response = post(capped, "/v1/chat/completions", body)
+    assert response.status_code == 200 and response.headers["chatcodec-reasoning"].startswith("ignored: ")
+    assert "chatcodec-reasoning" not in post(capped, "/v1/chat/completions", {**body, "reasoning_effort": None}).headers
+    bad = post(capped, "/v1/chat/completions", {**body, "reasoning_effort": "extreme"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "reasoning_effort"
