@@ -280,11 +280,11 @@ def test_sdk_create_with_any_tool_then_a_tool_result(embedded: Server) -> None:
     question = {"role": "user", "content": "What is the weather in Paris?"}
     first = sdk.messages.create(
         model=MODEL,
-        max_tokens=60,
+        max_tokens=100,
         messages=[question],
         tools=[TOOL],
-        tool_choice={"type": "any"},
-        temperature=0,  # type: ignore[list-item]
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+        extra_body={"temperature": 0},  # type: ignore[list-item]
     )
     uses = [block for block in first.content if block.type == "tool_use"]
     assert first.stop_reason == "tool_use" and uses
@@ -295,7 +295,7 @@ def test_sdk_create_with_any_tool_then_a_tool_result(embedded: Server) -> None:
     second = sdk.messages.create(
         model=MODEL,
         max_tokens=30,
-        temperature=0,
+        extra_body={"temperature": 0},
         tools=[TOOL],  # type: ignore[list-item]
         messages=[question, {"role": "assistant", "content": first.content}, {"role": "user", "content": results}],  # type: ignore[list-item]
     )
@@ -311,7 +311,7 @@ def test_sdk_stream_with_any_tool(embedded: Server) -> None:
     with sdk.messages.stream(
         model=MODEL,
         max_tokens=60,
-        temperature=0,
+        extra_body={"temperature": 0},
         tools=[TOOL],
         tool_choice={"type": "any"},  # type: ignore[list-item]
         messages=[{"role": "user", "content": "Weather in Rome?"}],
