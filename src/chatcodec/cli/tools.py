@@ -135,8 +135,9 @@ def _run_loop(args: argparse.Namespace, out: IO[str]) -> int:
         for key, value in (("max_tokens", args.max_tokens), ("temperature", args.temperature), ("seed", args.seed))
         if value is not None
     }
-    common.note(f"each round asks for at most {args.max_tokens} tokens (--max-tokens N to change it)")
     common.flush_notes()
+    # said when the loop ends (or in brackets after its error), once the rounds have shown what they did
+    common.note(f"each round asked for at most {args.max_tokens} tokens (--max-tokens N to change it)")
     transcript = toolbox.run(
         client,
         messages,
