@@ -40,7 +40,7 @@ def test_enable_thinking_reaches_the_template(qwen35_template: Server, vocabular
     assert on["tokens"] == off["tokens"][: on["count"]] and on["count"] < off["count"]
     client = client_for(qwen35_template)
     answer = client.chat.completions.create(
-        model="x",
+        model="SmolLM2-135M-Instruct",
         messages=messages,
         max_tokens=4,
         temperature=0,
@@ -62,13 +62,17 @@ def test_tokenize_and_detokenize(embedded: Server, vocabulary: object) -> None:
 def test_raw_completions(embedded: Server) -> None:
     client = client_for(embedded)
     whole = client.completions.create(
-        model="x", prompt=SMOL_PROMPT.format("Count to five."), max_tokens=6, temperature=0
+        model="SmolLM2-135M-Instruct", prompt=SMOL_PROMPT.format("Count to five."), max_tokens=6, temperature=0
     )
     assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 6
     streamed = "".join(
         c.choices[0].text
         for c in client.completions.create(
-            model="x", prompt=SMOL_PROMPT.format("Count to five."), max_tokens=6, temperature=0, stream=True
+            model="SmolLM2-135M-Instruct",
+            prompt=SMOL_PROMPT.format("Count to five."),
+            max_tokens=6,
+            temperature=0,
+            stream=True,
         )
         if c.choices
     )
@@ -92,7 +96,7 @@ def test_disconnect_cancels_generation(embedded: Server) -> None:
     assert embedded.get("/stats")["backend"]["cancelled"] == before + 1
     # the model is free again at once: a short request completes
     answer = client_for(embedded).chat.completions.create(
-        model="x", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
+        model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
     )
     assert answer.usage.completion_tokens <= 3
 
@@ -104,7 +108,10 @@ def test_concurrent_requests_queue_for_the_model(embedded: Server) -> None:
 
     def ask(i: int) -> str:
         answer = client.chat.completions.create(
-            model="x", messages=[{"role": "user", "content": f"Say the number {i}."}], max_tokens=8, temperature=0
+            model="SmolLM2-135M-Instruct",
+            messages=[{"role": "user", "content": f"Say the number {i}."}],
+            max_tokens=8,
+            temperature=0,
         )
         return answer.choices[0].message.content or ""
 
@@ -116,7 +123,7 @@ def test_concurrent_requests_queue_for_the_model(embedded: Server) -> None:
 def test_the_log_has_no_traceback(embedded: Server) -> None:
     assert "Traceback" not in Path(embedded.log).read_text(errors="replace")
     with pytest.raises(openai.BadRequestError):
-        client_for(embedded).chat.completions.create(model="x", messages=[], max_tokens=3)
+        client_for(embedded).chat.completions.create(model="SmolLM2-135M-Instruct", messages=[], max_tokens=3)
     assert json.dumps(embedded.get("/stats"))
 
 
@@ -131,7 +138,7 @@ def test_token_ids_and_prompt_text_come_back_as_vllm_gives_them(embedded: Server
     theirs; the generated ids are all the answer's tokens, streamed (each event with those since the last)
     or whole; without the fields, none of it."""
     messages = [{"role": "user", "content": "Name three colors."}]
-    body = {"model": "x", "messages": messages, "max_tokens": 12, "temperature": 0}
+    body = {"model": "SmolLM2-135M-Instruct", "messages": messages, "max_tokens": 12, "temperature": 0}
     asked = {**body, "return_token_ids": True, "return_prompt_text": True}
     whole = httpx.post(embedded.url + "/v1/chat/completions", json=asked, timeout=60).json()
     prompt = httpx.post(embedded.url + "/tokenize", json={"messages": messages}, timeout=30).json()["tokens"]
@@ -155,7 +162,13 @@ def test_raw_completions_give_token_ids_per_choice(embedded: Server) -> None:
     """On /v1/completions, vLLM puts ``prompt_token_ids`` and ``token_ids`` in the choice (the prompt's in the
     first event of a stream)."""
     prompt = SMOL_PROMPT.format("Count to five.")
-    body = {"model": "x", "prompt": prompt, "max_tokens": 6, "temperature": 0, "return_token_ids": True}
+    body = {
+        "model": "SmolLM2-135M-Instruct",
+        "prompt": prompt,
+        "max_tokens": 6,
+        "temperature": 0,
+        "return_token_ids": True,
+    }
     whole = httpx.post(embedded.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
     tokens = httpx.post(embedded.url + "/tokenize", json={"prompt": prompt}, timeout=30).json()["tokens"]
     assert whole["prompt_token_ids"] == tokens and len(whole["token_ids"]) == 6

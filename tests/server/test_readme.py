@@ -40,7 +40,8 @@ def test_docs_curl_call(embedded: Server) -> None:
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     calls = answer["choices"][0]["message"]["tool_calls"]
-    assert answer["choices"][0]["finish_reason"] == "tool_calls" and calls
+    # "length" when max_tokens cut a further parallel call (OpenAI's semantics); the calls before it stand
+    assert answer["choices"][0]["finish_reason"] in ("tool_calls", "length") and calls
     for call in calls:
         assert call["function"]["name"] == "get_current_temperature"
         jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMA)

@@ -217,9 +217,11 @@ def test_run_prints_the_transcript(server: Server, roundtrip: dict[str, Any]) ->
         'chatcodec: round 1: get_current_temperature({"location": "San Francisco, CA, USA"}),'
         ' get_temperature_date({"location": "San Francisco, CA, USA", "date": "2024-10-01"})',
         "chatcodec: round 2: the model answered",
+        "chatcodec: note: each round asked for at most 512 tokens (--max-tokens N to change it)",
     ]
     first, second = server.requests
     assert (first["model"], first["tool_choice"], first["temperature"]) == ("scripted-model", "required", 0)
+    assert first["max_tokens"] == second["max_tokens"] == 512, "a bounded default per round"
     assert second["tool_choice"] == "auto"
 
 
@@ -252,4 +254,7 @@ def test_run_reports_server_errors(server: Server) -> None:
     server.requests.extend([{}] * 20)  # the next request goes over the server's budget: a 429 with a message
     code, stdout, stderr = run(["tools", "run", str(EXAMPLE), "-p", "hi", "--url", server.url, "-m", "m"])
     assert (code, stdout) == (2, b"")
-    assert stderr == f"chatcodec: error: The server at {server.url} answered 429: too many requests in one test\n"
+    assert stderr == (
+        f"chatcodec: error: The server at {server.url} answered 429: too many requests in one test"
+        " [each round asked for at most 512 tokens (--max-tokens N to change it)]\n"
+    )

@@ -251,3 +251,4 @@ def test_the_command_line_runs_the_loop_against_chatcodec_serve(served: Server, 
         == "chatcodec: note: asking model 'SmolLM2-135M-Instruct', the first the server lists (choose with --model)"
     )
     assert lines[1].startswith("chatcodec: round 1: get_") and lines[2] == "chatcodec: round 2: the model answered"
+    assert lines[3] == "chatcodec: note: each round asked for at most 100 tokens (--max-tokens N to change it)"

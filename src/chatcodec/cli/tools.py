@@ -35,6 +35,10 @@ from .doctor import add_engine_option
 
 __all__ = ["configure", "load_functions", "run"]
 
+#: max_tokens of each round unless --max-tokens says otherwise: a small model that loops stops here (532 s and
+#: 19.7 KB of repeated text without a cap)
+ROUND_MAX_TOKENS = 512
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = "Tool schemas from Python functions, and the function-calling loop against a model."
@@ -110,7 +114,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     loop.add_argument("--max-rounds", type=int, default=8, metavar="N", help="at most N requests (default: 8)")
     loop.add_argument("--call-timeout", type=float, default=30.0, metavar="SECONDS", help="per tool call (default: 30)")
-    loop.add_argument("--max-tokens", type=int, metavar="N", help="max_tokens of each request")
+    loop.add_argument(
+        "--max-tokens",
+        type=common.positive_int,
+        default=ROUND_MAX_TOKENS,
+        metavar="N",
+        help=f"max_tokens of each request (default: {ROUND_MAX_TOKENS}, so that a looping model stops)",
+    )
     loop.add_argument("--temperature", type=float, metavar="T", help="temperature of each request")
     loop.add_argument("--seed", type=int, metavar="N", help="seed of each request")
     common.add_output_options(
@@ -232,6 +242,8 @@ def _run_with(args: argparse.Namespace, out: IO[str], messages: list[dict[str, A
         if value is not None
     }
     common.flush_notes()
+    # said when the loop ends (or in brackets after its error), once the rounds have shown what they did
+    common.note(f"each round asked for at most {args.max_tokens} tokens (--max-tokens N to change it)")
     transcript = toolbox.run(
         client,
         messages,

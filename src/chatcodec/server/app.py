@@ -30,9 +30,12 @@ from ..tokens import Codec
 from ..vocab import TextTokenizer
 from . import bodies
 from .access import AccessLog, Metered
-from .chat import ASK_TOKEN_IDS, ChatService, Generated, Plan
+from .chat import ASK_TOKEN_IDS, ChatService, Generated, Outcome, Plan
+from .dialects import messages as anthropic
+from .dialects import responses as openresponses
 from .errors import APIError, json_bytes
 from .protocol import parse_chat, parse_completion
+from .store import ResponseStore
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -59,6 +62,31 @@ BODY_TIMEOUT = 30.0
 
 def _error(exc: APIError) -> Response:
     return Response(json_bytes(exc.body()), status_code=exc.status, media_type="application/json")
+
+
+#: the response header that says a request's reasoning effort was ignored, and why
+REASONING_HEADER = "chatcodec-reasoning"
+
+
+def _headers(plan: Plan) -> dict[str, str] | None:
+    if plan.reasoning_ignored is None:
+        return None
+    return {REASONING_HEADER: f"ignored: {plan.reasoning_ignored}"}
+
+
+def _anthropic_error(exc: APIError) -> Response:
+    return Response(json_bytes(anthropic.error_body(exc)), status_code=exc.status, media_type="application/json")
+
+
+async def _outcome(pieces: AsyncIterator[Any]) -> Outcome:
+    """The :class:`Outcome` that ends :meth:`ChatService.run`'s answer (the deltas before it are not needed)."""
+    outcome = None
+    async for piece in pieces:
+        if isinstance(piece, Outcome):
+            outcome = piece
+    if outcome is None:
+        raise RuntimeError("ChatService.run ended without an Outcome")
+    return outcome
 
 
 def _backend_error(exc: BackendError) -> APIError:
@@ -110,12 +138,16 @@ def create_app(
     body_timeout: float = BODY_TIMEOUT,
     default_max_tokens: int | None = None,
     tokenizer: Tokenizer | TextTokenizer | None = None,
+    aliases: Sequence[str] = (),
+    store: ResponseStore | None = None,
 ) -> Starlette:
     """The server for ``backend`` with ``template`` (serve it with uvicorn).
 
     ``tokenizer`` is the model's (default: the backend's own ``tokenizer``, as the embedded model has): chats are
     then encoded to token ids by a :class:`~chatcodec.Codec`, so text from the caller never becomes a control
-    token. Without one, prompts go to the backend as text. A request body may hold ``max_body`` bytes and must
+    token. Without one, prompts go to the backend as text. A request's ``model`` must be ``model`` (default: the
+    backend's id) or one of ``aliases``. ``store`` keeps the Responses API's stored responses (None: none are
+    kept, and ``previous_response_id`` finds nothing). A request body may hold ``max_body`` bytes and must
     arrive within ``body_timeout`` seconds (then 408).
 
     Each request is logged in one line on the ``chatcodec.access`` logger (:mod:`chatcodec.server.access`).
@@ -133,6 +165,7 @@ def create_app(
         polyfill=polyfill,
         default_max_tokens=default_max_tokens,
         codec=codec,
+        aliases=aliases,
     )
 
     # Two pools, so that one kind of work cannot starve the other: chats are planned on one, tokenize and
@@ -148,35 +181,41 @@ def create_app(
         """The request's JSON body, parsed on a worker thread (8 MiB of JSON takes tens of milliseconds)."""
         return await off_the_loop(functools.partial(_json, await _read_body(request, max_body, body_timeout)))
 
-    def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(
+        handler: Callable[[Request], Awaitable[Response]], shape: Callable[[APIError], Response] = _error
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """``handler`` with every failure answered in its dialect's error ``shape``."""
+
         async def endpoint(request: Request) -> Response:
             service.overhead.requests += 1
             try:
                 return await handler(request)
             except APIError as exc:
                 service.overhead.errors += 1
-                return _error(exc)
+                return shape(exc)
             except BackendError as exc:
                 service.overhead.errors += 1
-                return _error(_backend_error(exc))
+                return shape(_backend_error(exc))
             except InputError as exc:
                 service.overhead.errors += 1
-                return _error(APIError(400, str(exc)))
+                return shape(APIError(400, str(exc)))
             except ChatcodecError as exc:
                 service.overhead.errors += 1
-                return _error(APIError(400, str(exc)))
+                return shape(APIError(400, str(exc)))
             except ClientDisconnect:
                 return Response(status_code=499)
             except Exception as exc:  # never a 500 without a body, and the server goes on
                 service.overhead.errors += 1
                 log.exception("unexpected error in %s", request.url.path)
-                return _error(APIError(500, f"Internal error: {type(exc).__name__}: {exc}"))
+                return shape(APIError(500, f"Internal error: {type(exc).__name__}: {exc}"))
 
         return endpoint
 
     def plan_chat(data: bytearray) -> Plan:
         started = time.thread_time()
-        plan = service.plan(parse_chat(_json(data)))
+        req = parse_chat(_json(data))
+        service.check_model(req.model)
+        plan = service.plan(req)
         plan.setup = time.thread_time() - started
         return plan
 
@@ -185,9 +224,119 @@ def create_app(
         plan = await off_the_loop(functools.partial(plan_chat, data))
         if plan.request.stream:
             gen, first = await _until_disconnect(request, service.first_chunk(plan))
-            return StreamingResponse(service.stream(plan, gen, first), media_type="text/event-stream")
+            events = service.stream(plan, gen, first)
+            return StreamingResponse(events, media_type="text/event-stream", headers=_headers(plan))
         answer = await _until_disconnect(request, service.complete(plan))
-        return JSONResponse(answer)
+        return JSONResponse(answer, headers=_headers(plan))
+
+    # --- the Responses API ---
+
+    def plan_responses(data: bytearray) -> tuple[openresponses.ResponsesRequest, Plan]:
+        started = time.thread_time()
+        req = openresponses.parse_responses(_json(data), store.get if store is not None else None)
+        service.check_model(req.chat.model)
+        plan = service.plan(req.chat)
+        plan.setup = time.thread_time() - started
+        return req, plan
+
+    async def keep(req: openresponses.ResponsesRequest, answer: dict[str, Any], outcome: Outcome) -> None:
+        if store is not None and req.store:
+            put = functools.partial(store.put, answer["id"], answer, openresponses.conversation(req, outcome))
+            await off_the_loop(put)
+
+    async def responses(request: Request) -> Response:
+        data = await _read_body(request, max_body)
+        req, plan = await off_the_loop(functools.partial(plan_responses, data))
+        gen, first = await _until_disconnect(request, service.first_chunk(plan))
+        rid = openresponses.new_id("resp")
+        if req.chat.stream:
+            events = responses_events(req, plan, gen, first, rid)
+            return StreamingResponse(events, media_type="text/event-stream", headers=_headers(plan))
+
+        async def whole() -> dict[str, Any]:
+            outcome = await _outcome(service.run(plan, gen, first))
+            answer = openresponses.response_object(req, outcome, rid, int(time.time()), name)
+            await keep(req, answer, outcome)
+            return answer
+
+        return JSONResponse(await _until_disconnect(request, whole()), headers=_headers(plan))
+
+    async def responses_events(
+        req: openresponses.ResponsesRequest, plan: Plan, gen: Any, first: Chunk | None, rid: str
+    ) -> AsyncIterator[bytes]:
+        events = openresponses.EventStream(req, rid, name)
+        for event in events.start():
+            yield event
+        try:
+            async for piece in service.run(plan, gen, first):
+                if isinstance(piece, Outcome):
+                    for event in events.finish(piece):
+                        yield event
+                    await keep(req, events.response, piece)
+                    yield events.closing()
+                else:
+                    for event in events.feed(piece):
+                        yield event
+        except BackendError as exc:
+            service.overhead.errors += 1
+            yield events.error(_backend_error(exc))
+
+    async def stored_response(request: Request) -> Response:
+        rid = request.path_params["rid"]
+        found = await off_the_loop(functools.partial(store.get, rid)) if store is not None else None
+        if request.method == "DELETE" and found is not None and store is not None:
+            await off_the_loop(functools.partial(store.delete, rid))
+            return JSONResponse({"id": rid, "object": "response.deleted", "deleted": True})
+        if found is None:
+            raise APIError(404, f"No stored response has the id {rid!r}.", param="response_id")
+        return JSONResponse(found.response)
+
+    # --- Anthropic's Messages API ---
+
+    def plan_messages(data: bytearray) -> Plan:
+        started = time.thread_time()
+        req = anthropic.parse_messages(_json(data))
+        service.check_model(req.model)
+        plan = service.plan(req)
+        plan.setup = time.thread_time() - started
+        return plan
+
+    async def messages(request: Request) -> Response:
+        data = await _read_body(request, max_body)
+        plan = await off_the_loop(functools.partial(plan_messages, data))
+        gen, first = await _until_disconnect(request, service.first_chunk(plan))
+        if plan.request.stream:
+            events = messages_events(plan, gen, first)
+            return StreamingResponse(events, media_type="text/event-stream", headers=_headers(plan))
+        outcome = await _until_disconnect(request, _outcome(service.run(plan, gen, first)))
+        return JSONResponse(anthropic.message_object(outcome, name), headers=_headers(plan))
+
+    async def messages_events(plan: Plan, gen: Any, first: Chunk | None) -> AsyncIterator[bytes]:
+        prompt = plan.generation.prompt
+        events = anthropic.EventStream(name, 0 if isinstance(prompt, str) else len(prompt))
+        for event in events.start():
+            yield event
+        try:
+            async for piece in service.run(plan, gen, first):
+                for event in events.finish(piece) if isinstance(piece, Outcome) else events.feed(piece):
+                    yield event
+        except BackendError as exc:
+            service.overhead.errors += 1
+            yield events.error(_backend_error(exc))
+
+    def count_request(data: bytearray) -> tuple[list[int] | None, str]:
+        req = anthropic.parse_messages(_json(data), counting=True)
+        service.check_model(req.model)
+        plan = service.plan(req)
+        prompt = plan.generation.prompt
+        return (None if isinstance(prompt, str) else list(prompt)), plan.prompt
+
+    async def count_tokens(request: Request) -> Response:
+        data = await _read_body(request, max_body)
+        ids, text = await off_the_loop(functools.partial(count_request, data))
+        if ids is None:
+            ids = await backend.tokenize(text)
+        return JSONResponse({"input_tokens": len(ids)})
 
     async def raw_prompt_ids(prompt: str | list[int]) -> list[int] | None:
         """A raw completion's prompt as the backend tokenizes it (None when it cannot say)."""
@@ -201,6 +350,7 @@ def create_app(
     async def completions(request: Request) -> Response:
         body = await read_json(request)
         req = parse_completion(body)
+        service.check_model(req.model)
         generation = Generation(
             req.prompt,
             max_tokens=req.max_tokens,
@@ -351,7 +501,8 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         message = "No such endpoint." if exc.status_code == 404 else f"{request.method} is not allowed here."
-        return _error(APIError(exc.status_code, f"{message} ({request.method} {request.url.path})"))
+        shape = _anthropic_error if request.url.path.startswith("/v1/messages") else _error
+        return shape(APIError(exc.status_code, f"{message} ({request.method} {request.url.path})"))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -378,6 +529,10 @@ def create_app(
     routes = [
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
         Route("/v1/completions", guarded(completions), methods=["POST"]),
+        Route("/v1/responses", guarded(responses), methods=["POST"]),
+        Route("/v1/responses/{rid}", guarded(stored_response), methods=["GET", "DELETE"]),
+        Route("/v1/messages", guarded(messages, _anthropic_error), methods=["POST"]),
+        Route("/v1/messages/count_tokens", guarded(count_tokens, _anthropic_error), methods=["POST"]),
         Route("/tokenize", guarded(tokenize), methods=["POST"]),
         Route("/detokenize", guarded(detokenize), methods=["POST"]),
         Route("/v1/models", guarded(models), methods=["GET"]),

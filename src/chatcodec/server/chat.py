@@ -7,6 +7,7 @@ stream of chunks. It keeps its own time apart from the backend's, per request (:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -26,9 +27,9 @@ from ..render import ChatTemplate
 from ..tokens import Codec
 from .constrain import Frame, learn_frame, response_constraint, text_constraint, thinking_for, tool_constraint
 from .errors import APIError
-from .protocol import ChatRequest
+from .protocol import EFFORTS, ChatRequest
 
-__all__ = ["ASK_TOKEN_IDS", "ChatService", "Generated", "Overhead", "Plan"]
+__all__ = ["ASK_TOKEN_IDS", "ChatService", "Generated", "Outcome", "Overhead", "Plan"]
 
 log = logging.getLogger("chatcodec.server")
 
@@ -113,8 +114,28 @@ class Plan:
     decoder: Decoder
     tools: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     constrained: bool = False
+    #: why the request's reasoning effort was not used (the template has no switch for it), for a response header
+    reasoning_ignored: str | None = None
     #: the gateway's CPU time before generation (parsing the request, rendering, the grammar), in seconds
     setup: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one answer ended, in no dialect's words: what :meth:`ChatService.run` gives last.
+
+    ``calls`` are the valid tool calls as ``{"id", "name", "arguments"}`` (arguments as JSON text), ``invalid``
+    the others as the decoders write ``invalid_tool_calls``. ``finish`` is ``"stop"``, ``"length"`` (the token
+    limit ended generation, whatever was cut) or ``"tool_calls"``.
+    """
+
+    content: str | None
+    reasoning: str | None
+    calls: list[dict[str, Any]]
+    invalid: list[dict[str, Any]]
+    finish: str
+    prompt_tokens: int
+    completion_tokens: int
 
 
 class ChatService:
@@ -135,6 +156,7 @@ class ChatService:
         polyfill: str | bool = "auto",
         default_max_tokens: int | None = None,
         codec: Codec | None = None,
+        aliases: Sequence[str] = (),
     ) -> None:
         self.backend = backend
         self.template = template
@@ -142,6 +164,8 @@ class ChatService:
         #: control token (None: the prompt goes as text, for a remote engine whose tokenizer is not at hand)
         self.codec = codec
         self.model = model
+        #: the names a request's ``model`` may give: the model's id and its aliases (``--served-model-name``)
+        self.names = tuple(dict.fromkeys((model, *aliases)))
         self.tool_parser = tool_parser
         self.polyfill = polyfill
         self.default_max_tokens = default_max_tokens
@@ -151,7 +175,7 @@ class ChatService:
 
     def plan(self, req: ChatRequest) -> Plan:
         """Render the prompt and choose the decoder and the constraint (400 errors for bad input)."""
-        kwargs = dict(req.chat_template_kwargs)
+        kwargs, ignored = self._reasoning(req)
         tools = req.tools
         ids: list[int] | None = None
         unsafe: str | None = None
@@ -178,7 +202,7 @@ class ChatService:
             ids if ids is not None else prompt,
             text=prompt,
             unsafe_text=unsafe,
-            max_tokens=req.max_tokens if req.max_tokens is not None else self.default_max_tokens,
+            max_tokens=self._max_tokens(req, len(ids) if ids is not None else None),
             temperature=req.temperature,
             top_p=req.top_p,
             stop=stops,
@@ -187,7 +211,73 @@ class ChatService:
             extra=ASK_TOKEN_IDS if req.return_token_ids else {},
         )
         by_name = {t["function"]["name"]: t["function"] for t in tools or ()}
-        return Plan(req, prompt, generation, dec, by_name, constraint is not None)
+        return Plan(req, prompt, generation, dec, by_name, constraint is not None, ignored)
+
+    def _reasoning(self, req: ChatRequest) -> tuple[dict[str, Any], str | None]:
+        """The template's variables with the request's reasoning effort and budget set on the switches the template
+        reads (the table in docs/guide/dialects.md), and why they were ignored when it reads none. What the
+        caller set in ``chat_template_kwargs`` stands."""
+        kwargs = dict(req.chat_template_kwargs)
+        effort, budget = req.reasoning_effort, req.thinking_budget
+        if effort is None and budget is None:
+            return kwargs, None
+        if effort is None:
+            effort = "none" if budget == 0 else "medium"
+        reads = set(self.template.capabilities.variables)
+        found: dict[str, Any] = {}
+        if "reasoning_effort" in reads:
+            scale = effort_scale(self.template.source)
+            if effort not in scale:
+                raise APIError(
+                    400,
+                    f"This model's template takes a reasoning effort of {', '.join(scale)}, not {effort!r}.",
+                    param=req.reasoning_field,
+                )
+            found["reasoning_effort"] = effort
+        for switch in ("enable_thinking", "thinking"):
+            if switch in reads:
+                found[switch] = effort != "none"
+        for name in BUDGET_VARIABLES:
+            if name in reads and budget is not None:
+                found[name] = budget
+        if not found:
+            return kwargs, "the chat template has no reasoning switch (enable_thinking, reasoning_effort, thinking)"
+        return {**found, **kwargs}, None
+
+    def check_model(self, model: str | None) -> None:
+        """A 404 ``model_not_found`` (as vLLM answers) unless ``model`` is None or one of :attr:`names`."""
+        if model is not None and model not in self.names:
+            served = ", ".join(repr(n) for n in self.names)
+            raise APIError(
+                404, f"The model {model!r} does not exist here; this server serves {served}.", param="model",
+                kind="model_not_found",
+            )  # fmt: skip
+
+    def _max_tokens(self, req: ChatRequest, prompt_tokens: int | None) -> int | None:
+        """The request's output cap, checked against what the context leaves after the prompt (a 400 that says
+        how much is left); without one, the server's default, cut to what is left."""
+        context = self.backend.info.context_length
+        left = None if context is None else context - (prompt_tokens or 0)
+        where = "the prompt's " + str(prompt_tokens) + " tokens" if prompt_tokens is not None else "nothing"
+        if left is not None and left < 1:
+            raise APIError(
+                400,
+                f"The prompt is {prompt_tokens} tokens: it fills the model's context of {context}.",
+                param="messages",
+            )
+        asked = req.max_tokens
+        if asked is not None:
+            if left is not None and asked > left:
+                raise APIError(
+                    400,
+                    f"{req.max_tokens_field} is {asked}, but the model's context of {context} tokens leaves {left}"
+                    f" after {where}.",
+                    param=req.max_tokens_field,
+                )
+            return asked
+        if self.default_max_tokens is None:
+            return None
+        return self.default_max_tokens if left is None else min(self.default_max_tokens, left)
 
     def _culprit(self, req: ChatRequest, kwargs: Mapping[str, Any], token: str) -> str:
         """Which caller string holds the control token ``token`` that the encoding kept as text."""
@@ -462,6 +552,63 @@ class ChatService:
             clock.pause()
             self.overhead.add(clock.total)
 
+    async def run(self, plan: Plan, gen: Any, first: Chunk | None) -> AsyncIterator[Delta | Outcome]:
+        """The answer in no dialect's words, for the dialect adapters: the decoder's deltas as they come (a call's
+        first delta carries the id it keeps; the decoder's notices of invalid calls are left out), then one
+        :class:`Outcome`. ``gen`` and ``first`` are :meth:`first_chunk`'s. Backend failures raise."""
+        clock = _Clock(plan.setup)
+        ids = _Ids()
+        stream = plan.decoder.stream()
+        last: Chunk | None = None
+        try:
+            async with aclosing(gen) as chunks:
+                chunk = first
+                while chunk is not None:
+                    last = chunk
+                    for delta in stream.feed(chunk.text) if chunk.text else ():
+                        out = _neutral(delta, ids)
+                        if out is not None:
+                            clock.pause()
+                            yield out
+                            clock.resume()
+                    clock.pause()
+                    try:
+                        chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        chunk = None
+                    finally:
+                        clock.resume()
+            for delta in stream.finish():
+                out = _neutral(delta, ids)
+                if out is not None:
+                    clock.pause()
+                    yield out
+                    clock.resume()
+            msg = stream.message
+            valid, invalid = self._validate(plan, msg, ids)
+            calls = [
+                {"id": ids.get(c.id, getattr(c, "index", i)), "name": c.name, "arguments": c.arguments_json}
+                for i, c in enumerate(valid)
+            ]
+            usage = _usage(last)
+            prompt_tokens = usage["prompt_tokens"]
+            if not prompt_tokens and not isinstance(plan.generation.prompt, str):
+                prompt_tokens = len(plan.generation.prompt)
+            outcome = Outcome(
+                msg.content,
+                msg.reasoning_content,
+                calls,
+                invalid,
+                _finish(last, valid),
+                prompt_tokens,
+                usage["completion_tokens"],
+            )
+            clock.pause()
+            yield outcome
+        finally:
+            clock.pause()
+            self.overhead.add(clock.total)
+
     @staticmethod
     def _delta(delta: Delta, ids: _Ids, announced: dict[int, str], legacy: bool) -> dict[str, Any]:
         tc = delta.tool_call
@@ -486,6 +633,19 @@ class ChatService:
         return {"tool_calls": [entry]}
 
 
+def _neutral(delta: Delta, ids: _Ids) -> Delta | None:
+    """``delta`` for :meth:`ChatService.run`: a call's header with the id the answer keeps; None for what a
+    dialect does not send (a decoder's notice of an invalid call, a model-native id after the arguments)."""
+    tc = delta.tool_call
+    if tc is None:
+        return delta
+    if tc.error is not None or (tc.name is None and tc.id is not None):
+        return None
+    if tc.name is not None:
+        return Delta(tool_call=dataclasses.replace(tc, id=ids.get(tc.id, tc.index)))
+    return delta
+
+
 class _Ids:
     """Call ids unique to this answer: the model's own id, or ``call_`` and random hex."""
 
@@ -505,6 +665,16 @@ class _Ids:
 
 #: the longest chat_template_kwargs (as JSON) whose learned frame is remembered
 _FRAME_KEY = 4096
+
+#: the template variables that take a budget of reasoning tokens
+BUDGET_VARIABLES = ("thinking_budget", "max_thinking_tokens", "reasoning_budget")
+
+
+@lru_cache(maxsize=64)
+def effort_scale(source: str) -> tuple[str, ...]:
+    """The reasoning efforts a template that reads ``reasoning_effort`` takes: low, medium and high, and any other
+    of OpenAI's (none, minimal) that its source names as a string."""
+    return tuple(e for e in EFFORTS if e in ("low", "medium", "high") or f'"{e}"' in source or f"'{e}'" in source)
 
 
 @lru_cache(maxsize=64)
@@ -529,6 +699,10 @@ def _prompt_fields(plan: Plan) -> dict[str, Any]:
 
 
 def _finish(last: Chunk | None, calls: Sequence[ToolCall]) -> str:
+    """Why generation ended, as OpenAI says it: ``length`` whenever the token limit ended it, whatever was cut
+    (a call cut there is among the invalid ones), else ``tool_calls`` when it made valid calls."""
+    if last is not None and last.finish_reason == "length":
+        return "length"
     if calls:
         return "tool_calls"
     return last.finish_reason if last is not None and last.finish_reason else "stop"

@@ -27,7 +27,7 @@ from ..exceptions import SchemaError
 from ..refs import check_refs
 from .errors import APIError
 
-__all__ = ["ChatRequest", "CompletionRequest", "ResponseFormat", "parse_chat", "parse_completion"]
+__all__ = ["EFFORTS", "ChatRequest", "CompletionRequest", "ResponseFormat", "parse_chat", "parse_completion"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 #: names chat_template_kwargs may not set: the request's own fields, and the encoder's options
@@ -61,12 +61,20 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
+    #: the name the caller's dialect gives ``max_tokens`` (its errors name that field)
+    max_tokens_field: str = "max_tokens"
     temperature: float | None = None
     top_p: float | None = None
     stop: tuple[str, ...] = ()
     seed: int | None = None
     response_format: ResponseFormat | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: how hard the model should think: none, minimal, low, medium or high (None: the template's default)
+    reasoning_effort: str | None = None
+    #: a budget of reasoning tokens (Anthropic's thinking.budget_tokens; 0: thinking off)
+    thinking_budget: int | None = None
+    #: the name the caller's dialect gives the reasoning effort (its errors name that field)
+    reasoning_field: str = "reasoning_effort"
     model: str | None = None
     #: vLLM's fields: the answer also gives the prompt's token ids and the generated ones, or the prompt's text
     return_token_ids: bool = False
@@ -203,8 +211,9 @@ def parse_chat(body: Any) -> ChatRequest:
     choice = _tool_choice(body, names, legacy)
     stream = _opt_bool(body, "stream", False)
     max_tokens = _opt_int(body, "max_completion_tokens", low=1)
+    field = "max_completion_tokens"
     if max_tokens is None:
-        max_tokens = _opt_int(body, "max_tokens", low=1)
+        max_tokens, field = _opt_int(body, "max_tokens", low=1), "max_tokens"
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
         kwargs = _object(kwargs, "chat_template_kwargs")
@@ -223,13 +232,28 @@ def parse_chat(body: Any) -> ChatRequest:
         stream=stream,
         include_usage=_stream_options(body, stream),
         max_tokens=max_tokens,
+        max_tokens_field=field,
         **_sampling(body),
         response_format=_response_format(body.get("response_format")),
         chat_template_kwargs=dict(kwargs or {}),
+        reasoning_effort=_effort(body),
         model=_model(body),
         return_token_ids=_opt_bool(body, "return_token_ids", False),
         return_prompt_text=_opt_bool(body, "return_prompt_text", False),
     )
+
+
+#: the reasoning efforts a request may ask for, least first (OpenAI's scale)
+EFFORTS = ("none", "minimal", "low", "medium", "high")
+
+
+def _effort(body: Mapping[str, Any]) -> str | None:
+    value = body.get("reasoning_effort")
+    if value is None:
+        return None
+    if value not in EFFORTS:
+        raise _fail("reasoning_effort", f"reasoning_effort must be one of {', '.join(EFFORTS)}, not {value!r}.")
+    return str(value)
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
