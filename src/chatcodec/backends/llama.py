@@ -150,7 +150,8 @@ class LlamaBackend:
             cpp = self._llama_cpp
             found = cpp.llama_sampler_init_grammar(self._vocab, text.encode("utf-8"), b"root")
             if not found:
-                raise BackendError("llama.cpp could not parse the grammar made for this request.")
+                # the grammar comes from the request's schema or tools: a request the engine cannot take (400)
+                raise InputError("llama.cpp could not parse the grammar made for this request's schema or tools.")
             if len(self._grammars) >= 256:
                 for old in self._grammars.values():
                     cpp.llama_sampler_free(old)
