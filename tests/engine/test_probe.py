@@ -42,7 +42,7 @@ def test_a_clean_child_keeps_the_default_and_is_cached(tmp_path: Path, children:
     first = choose(tmp_path)
     assert first.config is probe.DEFAULT and not first.cached and not first.forced
     assert first.tokens_per_second == 123.4
-    assert first.line == "chatcodec: llama.cpp checked on this CPU: llama.cpp's default parameters, 123 tokens/s"
+    assert first.line == "chatcodec: llama.cpp checked on this CPU: serving with llama.cpp's default parameters"
     again = choose(tmp_path)
     assert again.config is probe.DEFAULT and again.cached and again.line.endswith("(cached)")
     assert runs(children) == ["default"]  # the second start ran no child

@@ -263,9 +263,8 @@ def choose_engine(
 
 
 def _reason(chosen: EngineConfig, attempts: Sequence[Attempt], cpu: Mapping[str, Any]) -> str:
-    if chosen is DEFAULT:
-        speed = attempts[-1].tokens_per_second
-        return f"llama.cpp checked on this CPU: {DEFAULT.description}" + (f", {speed:.0f} tokens/s" if speed else "")
+    if chosen is DEFAULT:  # (the check's speed is kept in its attempts; `chatcodec doctor` measures a fresh one)
+        return f"llama.cpp checked on this CPU: serving with {DEFAULT.description}"
     crash = attempts[0]
     path = "AMX/repack path" if any(f.startswith("amx") for f in cpu["flags"]) else "repack path"
     return f"llama.cpp's {path} crashed on this CPU ({crash.ended}); serving without extra buffer types"
