@@ -59,6 +59,23 @@ def in_threads(target: Callable[[int], None], count: int) -> None:
         thread.join()
 
 
+def _utf8(text: str) -> str:
+    """``text`` with any lone surrogate written as its escape: the worker process sends reports to the run as
+    UTF-8, and a report holding one (a test of lone surrogates, its captured log) would end the whole run."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, _utf8(content)) for title, content in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _utf8(text) != text:
+            report.longrepr = _utf8(text)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     """The engine check, once, before any test loads llama.cpp: every process of the run (test workers, the
     servers the tests start) then reads its cached choice, so a machine where the default configuration

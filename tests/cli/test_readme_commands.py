@@ -28,7 +28,9 @@ def _command_lines() -> list[str]:
     found = [
         line
         for line in lines
-        if re.match(r"(echo .*\| )?chatcodec ", line) and "--url" not in line and not line.startswith("chatcodec serve")
+        if re.match(r"(echo .*\| )?chatcodec ", line)
+        and "http://" not in line  # --url, --mcp-url: a server's line, run by that server's tests
+        and not line.startswith("chatcodec serve")
     ]
     return list(dict.fromkeys(found))  # a command shown on two pages runs once
 
