@@ -178,7 +178,8 @@ def test_a_native_crash_in_a_test_fails_that_test_and_the_run_goes_on(tmp_path: 
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "CHATCODEC_NO_SKIP"}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(root / "pyproject.toml"), "--rootdir", str(tmp_path), str(tests),
+        [sys.executable, "-m", "pytest", "-c", str(root / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "--confcutdir", str(tmp_path), str(tests),
          "-p", "no:cacheprovider"],
         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
     )  # fmt: skip
