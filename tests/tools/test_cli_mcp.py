@@ -97,6 +97,7 @@ def test_run_with_mcp_prints_the_transcript(model: Server) -> None:
         f"chatcodec: {len(TOOLS)} tools from MCP: {', '.join(TOOLS)}",
         'chatcodec: round 1: echo({"text": "hi"}), fail({"reason": "x"}) -> fail failed: Error executing tool fail',
         "chatcodec: round 2: the model answered",
+        "chatcodec: note: each round asked for at most 512 tokens (--max-tokens N to change it)",
     ]
     assert [tool["function"]["name"] for tool in model.requests[0]["tools"]] == TOOLS
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from chatcodec import Toolbox, tool_schema
+from chatcodec import SchemaError, Toolbox, tool_schema
 
 DEEP = 100_000
 TOO_DEEP = "Error: invalid arguments for echo: the arguments are nested too deeply to read."
@@ -147,12 +147,13 @@ def test_results_nested_100k_deep(value: Any, kind: str) -> None:
     ],
     ids=["property", "not", "if", "items"],
 )
-def test_a_schema_with_an_unresolvable_ref_is_an_error_result(parameters: dict[str, Any]) -> None:
+def test_a_schema_with_an_unresolvable_ref_is_refused_when_added(parameters: dict[str, Any]) -> None:
+    """The one $ref resolver refuses a reference to nothing when the tool is added, naming where it sits, so no
+    call can reach a validator that would look for it."""
     toolbox = Toolbox()
-    toolbox.add(lambda **kwargs: "ran", name="lookup", schema={"name": "lookup", "parameters": parameters})
-    [result] = toolbox.call_many([tool_call("lookup", {"x": [1]})])
-    assert result.message["content"].startswith("Error: the parameters schema of lookup cannot be used (")
-    assert "\n" not in result.message["content"]
+    with pytest.raises(SchemaError, match=r"points at nothing in the schema") as raised:
+        toolbox.add(lambda **kwargs: "ran", name="lookup", schema={"name": "lookup", "parameters": parameters})
+    assert "\n" not in str(raised.value) and "$ref" in str(raised.value)
 
 
 # --------------------------------------------------------------------------------------------------

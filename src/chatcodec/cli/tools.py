@@ -285,7 +285,6 @@ def _embedded(args: argparse.Namespace) -> tuple[Any, str]:
         raise LoadError(f"No model file at {path}.")
     print("chatcodec: loading the model ...", file=sys.stderr, flush=True)
     backend = LlamaBackend(args.model, engine=args.engine)
-    print(backend.engine.line, file=sys.stderr, flush=True)
     return LocalClient(backend), backend.info.id
 
 
