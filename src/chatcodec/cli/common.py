@@ -47,6 +47,7 @@ __all__ = [
     "MAX_INPUT_BYTES",
     "ArgumentParser",
     "Request",
+    "add_engine_option",
     "add_input_limit",
     "add_limit_options",
     "add_output_options",
@@ -730,3 +731,15 @@ def positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a number above 0")
     return value
+
+
+def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    """``--engine auto|default|safe``: the llama.cpp configuration, shared by every command that runs the model."""
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "default", "safe"),
+        default=None,
+        help="embedded model: llama.cpp's configuration: auto checks it in a child process first (once per"
+        " machine and build, cached), default and safe (no extra buffer types: no AMX or repacked weights) force"
+        " one without a check (default: $CHATCODEC_ENGINE, else auto)",
+    )

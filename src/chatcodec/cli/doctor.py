@@ -33,22 +33,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " and a short generation speed measured in a child process. Exit 1 when llama.cpp runs in no"
         " configuration here."
     )
-    add_engine_option(parser)
+    common.add_engine_option(parser)
     parser.add_argument("--model", metavar="PATH.gguf", help="the GGUF to check with (default: SmolLM2-135M)")
     parser.add_argument("--recheck", action="store_true", help="run the engine check again, ignoring its cache")
     parser.add_argument("--json", action="store_true", help="print the facts as one JSON object")
-
-
-def add_engine_option(parser: argparse.ArgumentParser) -> None:
-    """``--engine auto|default|safe``: the llama.cpp configuration, shared by every command that runs the model."""
-    parser.add_argument(
-        "--engine",
-        choices=("auto", "default", "safe"),
-        default=None,
-        help="embedded model: llama.cpp's configuration: auto checks it in a child process first (once per"
-        " machine and build, cached), default and safe (no extra buffer types: no AMX or repacked weights) force"
-        " one without a check (default: $CHATCODEC_ENGINE, else auto)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:

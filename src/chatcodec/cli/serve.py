@@ -18,7 +18,6 @@ from typing import Any
 from ..exceptions import InputError, LoadError
 from ..templates import load_template
 from . import common
-from .doctor import add_engine_option
 
 __all__ = ["DEFAULT_MAX_TOKENS", "configure", "run"]
 
@@ -76,7 +75,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--ctx-size", type=common.positive_int, metavar="N", help="embedded model: context size in tokens"
     )
     parser.add_argument("--threads", type=common.positive_int, metavar="N", help="embedded model: CPU threads")
-    add_engine_option(parser)
+    common.add_engine_option(parser)
     parser.add_argument(
         "--structured-outputs",
         default="auto",

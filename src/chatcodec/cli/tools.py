@@ -31,7 +31,6 @@ from typing import IO, Any
 from ..exceptions import ChatcodecError, InputError, LoadError
 from ..tools import Round, Toolbox, tool_schema
 from . import common
-from .doctor import add_engine_option
 
 __all__ = ["configure", "load_functions", "run"]
 
@@ -102,7 +101,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " in this process (default: the embedded SmolLM2-135M-Instruct)",
     )
     loop.add_argument("--api-key", metavar="KEY", help="the API key (default: $OPENAI_API_KEY, else none)")
-    add_engine_option(loop)
+    common.add_engine_option(loop)
     loop.add_argument(
         "--style", choices=["tools", "functions"], default="tools", help="tools=[...] or Qwen-Agent's functions=[...]"
     )
