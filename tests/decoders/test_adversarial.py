@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -123,14 +124,19 @@ def test_odd_tool_schemas_are_read_or_ignored(tools: object) -> None:
     assert call.name == "f" and json.loads(call.arguments_json) in ({"a": 1}, {"a": "1"})
 
 
-@pytest.mark.parametrize("options", BAD_OPTIONS, ids=repr)
+def _stable_id(value: object) -> str:
+    """``repr(value)`` without object addresses, so that every test worker collects the same ids."""
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(value))
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS, ids=_stable_id)
 def test_bad_options_raise_decode_errors(options: dict[str, object]) -> None:
     with pytest.raises(ChatcodecError) as caught:
         decoder("hermes", **options)  # type: ignore[arg-type]
     assert "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("template", [5, None, 1.5, ["qwen3"], object(), b"qwen3", "no-such-template"], ids=repr)
+@pytest.mark.parametrize("template", [5, None, 1.5, ["qwen3"], object(), b"qwen3", "no-such-template"], ids=_stable_id)
 def test_template_entry_points_take_templates_names_or_paths(template: object) -> None:
     for entry in (decoder_for, detect, detect_format):
         with pytest.raises(ChatcodecError):
