@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from chatcodec.exceptions import SchemaError
-from chatcodec.refs import MAX_DEPTH, check_refs, resolve_ref, validator
+from chatcodec.refs import MAX_DEPTH, MAX_PARTS, check_schema, resolve_ref, validator
 
 #: every keyword that holds a schema, and the path to the $ref placed there: (keyword, schema with the ref, path)
 PLACES: list[tuple[str, Any, str]] = [
@@ -134,7 +134,7 @@ def watch(tmp_path: Path) -> Iterator[Watch]:
 @pytest.mark.parametrize("ref", ELSEWHERE)
 def test_a_reference_elsewhere_is_refused_wherever_it_sits(place: str, make: Any, path: str, ref: str) -> None:
     with pytest.raises(SchemaError) as caught:
-        check_refs(make(ref), where="parameters")
+        check_schema(make(ref), where="parameters")
     message = str(caught.value)
     assert message.startswith("parameters: ") and f"{ref!r} at {path} " in message, message
     assert "never fetched" in message
@@ -143,14 +143,14 @@ def test_a_reference_elsewhere_is_refused_wherever_it_sits(place: str, make: Any
 @pytest.mark.parametrize(("place", "make", "path"), PLACES, ids=[p[0] for p in PLACES])
 def test_a_local_reference_to_nothing_is_refused_wherever_it_sits(place: str, make: Any, path: str) -> None:
     with pytest.raises(SchemaError, match=re.escape(f"'#/nope' at {path} points at nothing")):
-        check_refs(make("#/nope"))
+        check_schema(make("#/nope"))
 
 
 @pytest.mark.parametrize(("place", "make", "path"), PLACES, ids=[p[0] for p in PLACES])
 def test_local_references_pass_wherever_they_sit(place: str, make: Any, path: str) -> None:
     schema = make("#/$defs/ok")
     schema.setdefault("$defs", {})["ok"] = {"type": "string"}
-    check_refs(schema)
+    check_schema(schema)
     validator(schema)  # a valid schema with its references resolvable: a validator is built
 
 
@@ -168,7 +168,7 @@ def test_local_references_pass_wherever_they_sit(place: str, make: Any, path: st
 )
 def test_references_the_resolver_does_not_follow(schema: Any, words: str) -> None:
     with pytest.raises(SchemaError) as caught:
-        check_refs(schema)
+        check_schema(schema)
     assert words in str(caught.value)
 
 
@@ -180,7 +180,7 @@ def test_data_keywords_are_values_not_schemas() -> None:
         "default": {"$ref": "x"},
         "examples": [{"$ref": "y"}],
     }
-    check_refs(schema)
+    check_schema(schema)
     assert validator(schema).is_valid({"$ref": "https://example.com/a"}) is False  # not also in the enum
 
 
@@ -251,11 +251,11 @@ def test_deep_schemas_are_refused_before_anything_recurses() -> None:
     for _ in range(5000):  # far past the recursion limit: the walk is iterative
         schema = {"not": schema}
     with pytest.raises(SchemaError, match=f"deeper than {MAX_DEPTH} levels"):
-        check_refs(schema)
+        check_schema(schema)
     shallow: Any = {"type": "string"}
     for _ in range(MAX_DEPTH - 1):
         shallow = {"items": shallow}
-    check_refs(shallow)
+    check_schema(shallow)
 
 
 def test_the_toolbox_uses_the_same_resolver(watch: Watch) -> None:
@@ -302,3 +302,66 @@ def test_the_toolbox_uses_the_same_resolver(watch: Watch) -> None:
 
     assert call("Paris") == "sunny"
     assert call("Atlantis").startswith("Error: invalid arguments for get_weather: at ['city']: ")
+
+
+#: keywords of every draft, and values of every JSON kind for them (right for some keywords, wrong for others)
+KEYWORDS = [
+    "type", "enum", "const", "required", "multipleOf", "maximum", "exclusiveMaximum", "minLength", "pattern",
+    "minItems", "uniqueItems", "maxContains", "items", "prefixItems", "contains", "additionalProperties",
+    "additionalItems", "properties", "patternProperties", "dependentSchemas", "dependentRequired", "dependencies",
+    "propertyNames", "if", "allOf", "anyOf", "not", "unevaluatedItems", "$defs", "definitions", "title", "examples",
+    "deprecated", "writeOnly", "format", "contentSchema", "$anchor", "$vocabulary",
+]  # fmt: skip
+VALUES: list[Any] = [5, -1, 2.0, 1.5, "string", "[", [], ["a", "a"], ["string", "null"], {}, {"a": 5}, {"a": ["b"]},
+                     {"[": {}}, None, True, {"type": "string"}, [{"type": "string"}]]  # fmt: skip
+DRAFTS = [
+    None, "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-06/schema#",
+    "http://json-schema.org/draft-07/schema#", "https://json-schema.org/draft/2019-09/schema",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("draft", DRAFTS)
+def test_the_walk_accepts_what_each_drafts_meta_schema_accepts(draft: str | None) -> None:
+    """The oracle is jsonschema's own ``check_schema`` (validation against the draft's meta-schema): over every
+    keyword x every kind of value, at the top and inside a property, the walk refuses exactly what it refuses."""
+    import warnings
+
+    import jsonschema
+
+    disagree = []
+    for key in KEYWORDS:
+        for value in VALUES:
+            for nested in (False, True):
+                schema: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}}
+                (schema["properties"]["a"] if nested else schema)[key] = value
+                if draft is not None:
+                    schema["$schema"] = draft
+                cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    try:
+                        cls.check_schema(schema)
+                        theirs = True
+                    except jsonschema.SchemaError:
+                        theirs = False
+                try:
+                    check_schema(schema)
+                    ours = True
+                except SchemaError:
+                    ours = False
+                if ours != theirs:
+                    disagree.append((key, value, nested, ours))
+    assert disagree == []
+
+
+def test_a_schema_past_the_parts_budget_is_refused_by_the_walk() -> None:
+    """The review's worst schema (25,000 properties) is refused as the walk meets it, before jsonschema or the
+    grammar builder sees it; one part fewer than the budget passes."""
+    huge = {"type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(25_000)}}
+    with pytest.raises(SchemaError, match=f"more than {MAX_PARTS} objects and lists"):
+        check_schema(huge, where="parameters")
+    within = {"type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(MAX_PARTS - 2)}}
+    check_schema(within)  # the top, its properties object, and MAX_PARTS - 2 property schemas
+    with pytest.raises(SchemaError, match="properties/k3/type must be one of"):
+        check_schema({"type": "object", "properties": {f"k{i}": {"type": "integer" if i != 3 else "int"}
+                                                        for i in range(10)}})  # fmt: skip

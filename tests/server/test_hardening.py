@@ -160,7 +160,7 @@ def test_error_bodies_that_repeat_a_lone_surrogate_are_json(body: bytes) -> None
 
 
 def test_an_unforeseen_error_holding_a_surrogate_is_a_json_500(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: ChatService, req: Any) -> Any:
+    def broken(self: ChatService, req: Any, **options: Any) -> Any:
         raise RuntimeError("lost in \ud800")
 
     monkeypatch.setattr(ChatService, "plan", broken)

@@ -56,6 +56,9 @@ PLANNERS = 4
 #: how many /tokenize and /detokenize requests are worked on at once, on threads of their own: megabytes of
 #: text or ids take seconds, and on the planners' threads a few of them would hold up every chat
 TOKENIZERS = 2
+#: how many grammars are built at once, on threads of their own: a schema near the budget takes a second or two
+#: to become a grammar, and on the planners' threads four such requests would hold every plain chat
+GRAMMARS = 2
 #: how long a request body may take to arrive, in seconds (then 408)
 BODY_TIMEOUT = 30.0
 
@@ -172,10 +175,17 @@ def create_app(
     # detokenize requests worked on the other; past their threads, requests wait their turn in their own queue.
     planners = ThreadPoolExecutor(PLANNERS, thread_name_prefix="chatcodec-plan")
     tokenizers = ThreadPoolExecutor(TOKENIZERS, thread_name_prefix="chatcodec-tokens")
+    grammars = ThreadPoolExecutor(GRAMMARS, thread_name_prefix="chatcodec-grammar")
 
     async def off_the_loop(work: Callable[[], _T], pool: ThreadPoolExecutor = planners) -> _T:
         """``work()`` on a thread of ``pool`` (the planners', by default)."""
         return await asyncio.get_running_loop().run_in_executor(pool, work)
+
+    async def constrained(plan: Plan) -> Plan:
+        """``plan`` with its grammar built on the grammar pool (none: ``plan`` as it is)."""
+        if plan.pending is None:
+            return plan
+        return await off_the_loop(functools.partial(service.constrain, plan), grammars)
 
     async def read_json(request: Request) -> Any:
         """The request's JSON body, parsed on a worker thread (8 MiB of JSON takes tens of milliseconds)."""
@@ -215,13 +225,13 @@ def create_app(
         started = time.thread_time()
         req = parse_chat(_json(data))
         service.check_model(req.model)
-        plan = service.plan(req)
+        plan = service.plan(req, constrain=False)
         plan.setup = time.thread_time() - started
         return plan
 
     async def chat(request: Request) -> Response:
         data = await _read_body(request, max_body, body_timeout)
-        plan = await off_the_loop(functools.partial(plan_chat, data))
+        plan = await constrained(await off_the_loop(functools.partial(plan_chat, data)))
         if plan.request.stream:
             gen, first = await _until_disconnect(request, service.first_chunk(plan))
             events = service.stream(plan, gen, first)
@@ -235,7 +245,7 @@ def create_app(
         started = time.thread_time()
         req = openresponses.parse_responses(_json(data), store.get if store is not None else None)
         service.check_model(req.chat.model)
-        plan = service.plan(req.chat)
+        plan = service.plan(req.chat, constrain=False)
         plan.setup = time.thread_time() - started
         return req, plan
 
@@ -247,6 +257,7 @@ def create_app(
     async def responses(request: Request) -> Response:
         data = await _read_body(request, max_body)
         req, plan = await off_the_loop(functools.partial(plan_responses, data))
+        plan = await constrained(plan)
         gen, first = await _until_disconnect(request, service.first_chunk(plan))
         rid = openresponses.new_id("resp")
         if req.chat.stream:
@@ -297,13 +308,13 @@ def create_app(
         started = time.thread_time()
         req = anthropic.parse_messages(_json(data))
         service.check_model(req.model)
-        plan = service.plan(req)
+        plan = service.plan(req, constrain=False)
         plan.setup = time.thread_time() - started
         return plan
 
     async def messages(request: Request) -> Response:
         data = await _read_body(request, max_body)
-        plan = await off_the_loop(functools.partial(plan_messages, data))
+        plan = await constrained(await off_the_loop(functools.partial(plan_messages, data)))
         gen, first = await _until_disconnect(request, service.first_chunk(plan))
         if plan.request.stream:
             events = messages_events(plan, gen, first)
@@ -524,6 +535,7 @@ def create_app(
         yield
         await backend.aclose()
         planners.shutdown(wait=False, cancel_futures=True)
+        grammars.shutdown(wait=False, cancel_futures=True)
         tokenizers.shutdown(wait=False, cancel_futures=True)
 
     routes = [

@@ -8,12 +8,13 @@ stream of chunks. It keeps its own time apart from the backend's, per request (:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -118,6 +119,8 @@ class Plan:
     reasoning_ignored: str | None = None
     #: the gateway's CPU time before generation (parsing the request, rendering, the grammar), in seconds
     setup: float = 0.0
+    #: the constraint still to build (``plan(req, constrain=False)``): :meth:`ChatService.constrain` builds it
+    pending: Callable[[], Constraint | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +176,13 @@ class ChatService:
 
     # --- planning -----------------------------------------------------------------------------------------
 
-    def plan(self, req: ChatRequest) -> Plan:
-        """Render the prompt and choose the decoder and the constraint (400 errors for bad input)."""
+    def plan(self, req: ChatRequest, *, constrain: bool = True) -> Plan:
+        """Render the prompt and choose the decoder and the constraint (400 errors for bad input).
+
+        With ``constrain=False`` the constraint (a grammar built from the request's schemas: the costly part
+        of a request with large tools) is left in :attr:`Plan.pending`, for :meth:`constrain` to build on a pool
+        of its own, so that requests with grammars cannot hold every planning thread from plain chats.
+        """
         kwargs, ignored = self._reasoning(req)
         tools = req.tools
         ids: list[int] | None = None
@@ -196,7 +204,8 @@ class ChatService:
         except ChatcodecError as exc:
             raise APIError(400, str(exc), param="messages") from None
         dec = self._decoder(req, kwargs)
-        constraint = self._constraint(req, dec.name, kwargs)
+        pending = functools.partial(self._constraint, req, dec.name, kwargs)
+        constraint = pending() if constrain else None
         stops = tuple(dict.fromkeys(req.stop))
         generation = Generation(
             ids if ids is not None else prompt,
@@ -211,7 +220,29 @@ class ChatService:
             extra=ASK_TOKEN_IDS if req.return_token_ids else {},
         )
         by_name = {t["function"]["name"]: t["function"] for t in tools or ()}
-        return Plan(req, prompt, generation, dec, by_name, constraint is not None, ignored)
+        plan = Plan(req, prompt, generation, dec, by_name, constraint is not None, ignored)
+        if not constrain and self._needs_constraint(req, dec.name):
+            plan.pending = pending
+        return plan
+
+    def constrain(self, plan: Plan) -> Plan:
+        """``plan`` with its pending constraint built (400 errors for a schema no grammar can follow)."""
+        if plan.pending is None:
+            return plan
+        started = time.thread_time()
+        constraint = plan.pending()
+        generation = dataclasses.replace(plan.generation, constraint=constraint)
+        return dataclasses.replace(
+            plan, generation=generation, constrained=constraint is not None, pending=None,
+            setup=plan.setup + time.thread_time() - started,
+        )  # fmt: skip
+
+    @staticmethod
+    def _needs_constraint(req: ChatRequest, format_name: str) -> bool:
+        """Whether :meth:`_constraint` can give a constraint for ``req`` (the cases it builds one)."""
+        if req.response_format is not None:
+            return True
+        return bool(req.tools) and (req.tool_choice != "none" or format_name == "generic")
 
     def _reasoning(self, req: ChatRequest) -> tuple[dict[str, Any], str | None]:
         """The template's variables with the request's reasoning effort and budget set on the switches the template
