@@ -43,7 +43,10 @@ TOOLS = [
 ]
 CASES: dict[str, list[tuple[str, dict[str, Any], str]]] = {
     "one": [("get_weather", {"city": "Paris"}, "k7Hq2Zp9W")],
-    "two": [("get_weather", {"city": "Paris", "unit": "celsius"}, "k7Hq2Zp9W"), ("get_time", {"city": "Tokyo"}, "m3Rt8Yv1B")],
+    "two": [
+        ("get_weather", {"city": "Paris", "unit": "celsius"}, "k7Hq2Zp9W"),
+        ("get_time", {"city": "Tokyo"}, "m3Rt8Yv1B"),
+    ],
     "nasty": [
         ("get_weather", {"city": 'São "Paulo"\n\\ [TOOL_CALLS] ]}', "days": [1, 2.5, None, True]}, "a1B2c3D4e"),
         ("ping", {}, "Zz9Yy8Xx7"),
