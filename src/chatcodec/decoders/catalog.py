@@ -326,15 +326,25 @@ FORMATS: list[Format] = [
         uses_tag=True,
     ),
     # a marker, then a JSON list
-    _json_format("mistral_pre_v11", "Mistral pre-v11: [TOOL_CALLS][{...}] (also the v11 shape)", MISTRAL, None),
+    _json_format(
+        "mistral_pre_v11",
+        'Mistral before v11 (mistral-common v2, v3, v7): [TOOL_CALLS] [{"name", "arguments"(, "id")}], also v11\'s',
+        MISTRAL,
+        None,
+    ),
     _json_format("mistral_nemo", 'Mistral Nemo: [TOOL_CALLS][{..., "id"}]', MISTRAL, None),
     _json_format(
         "mistral_v11",
-        "Mistral v11+: [TOOL_CALLS]f[ARGS]{...} per call, [THINK] reasoning",
+        "Mistral v11+: [TOOL_CALLS]f[ARGS]{...} per call (mistral-common v13 writes this), [THINK] reasoning",
         MISTRAL,
         MISTRAL_THINK,
     ),
-    _json_format("mistral_v13", "Mistral v13: [TOOL_CALLS]f[CALL_ID]id[ARGS]{...}", MISTRAL, MISTRAL_THINK),
+    _json_format(
+        "mistral_v13",
+        "Mistral: [TOOL_CALLS]f[CALL_ID]id[ARGS]{...} (mistral-common v11 writes this when calls have ids)",
+        MISTRAL,
+        MISTRAL_THINK,
+    ),
     _json_format(
         "mistral_v11_vllm_text",
         "Mistral v11 as decoded text without [ARGS]: [TOOL_CALLS]f{...}",
@@ -549,6 +559,10 @@ ALIASES: dict[str, str] = {
     "mimo": "hermes",
     "cohere_command3": "command_r7b",
     "cohere_command4": "command_r7b",
+    # mistral-common's tokenizer versions before v11 (TokenizerVersion): one JSON list of calls
+    "mistral_v2": "mistral_pre_v11",
+    "mistral_v3": "mistral_pre_v11",
+    "mistral_v7": "mistral_pre_v11",
     # llama.cpp (common_chat_format_name)
     "Content-only": "content",
     "Generic": "generic",
