@@ -68,9 +68,7 @@ def test_rollouts_with_tool_calls_are_exact_against_the_engine(backend: Any) -> 
         logged = Logged(backend)
         client = LocalClient(logged, template=backend.codec)
         rollout = asyncio.run(
-            roll(
-                client, toolbox, messages, rounds=2, temperature=1.0, seed=seed, max_tokens=64, tool_choice="required"
-            )
+            roll(client, toolbox, messages, rounds=2, temperature=1.0, seed=seed, max_tokens=64, tool_choice="required")
         )
         conv = rollout.conversation
         ids, mask = conv.input_ids, conv.sampled_mask
