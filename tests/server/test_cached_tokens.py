@@ -11,6 +11,7 @@ import json
 import urllib.request
 from typing import Any
 
+from ..tools.test_conversation_engine import kept_prefix
 from .conftest import Server
 
 
@@ -18,15 +19,6 @@ def post(server: Server, path: str, body: dict[str, Any]) -> Any:
     request = urllib.request.Request(server.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    count = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        count += 1
-    return count
 
 
 def test_chat_completions_usage_counts_the_kept_prompt_of_the_turn_before(embedded: Server) -> None:
@@ -38,7 +30,7 @@ def test_chat_completions_usage_counts_the_kept_prompt_of_the_turn_before(embedd
     messages += [{"role": "user", "content": "Another one."}]
     second = post(embedded, "/v1/chat/completions", {**body, "messages": messages})
     prompt = second["prompt_token_ids"]
-    expected = min(_common(held, prompt), len(prompt) - 1)
+    expected = kept_prefix(held, prompt)
     assert expected >= len(first["prompt_token_ids"]) - 1  # at least the whole first prompt was kept
     usage = second["usage"]
     assert usage["prompt_tokens"] == len(prompt)

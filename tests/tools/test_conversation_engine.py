@@ -51,9 +51,11 @@ def engine() -> Iterator[Engine]:
     asyncio.run(found.backend.aclose())
 
 
-def _common(a: list[int], b: list[int]) -> int:
+def kept_prefix(held: list[int], prompt: list[int]) -> int:
+    """How many of ``prompt``'s ids an engine holding ``held`` keeps: their common prefix, but the prompt's last
+    id, which is evaluated again for its logits."""
     count = 0
-    for x, y in zip(a, b, strict=False):
+    for x, y in zip(held, prompt[:-1], strict=False):
         if x != y:
             break
         count += 1
@@ -72,6 +74,7 @@ def test_a_rollout_evaluates_only_the_new_ids_and_usage_counts_the_kept_prompt(
     previous: tuple[list[int], list[int]] | None = None
     appended: list[int] = []
     calls = 0
+    kept: list[int] = []  # usage's cached_tokens of each turn
     sampled_at: list[int] = []  # the positions of the sampled ids, as the engine reported them
     for turn in range(3):
         given = conv.input_ids
@@ -91,7 +94,8 @@ def test_a_rollout_evaluates_only_the_new_ids_and_usage_counts_the_kept_prompt(
         usage = answer["usage"]
         cached = usage["prompt_tokens_details"]["cached_tokens"]
         assert usage["prompt_tokens"] == len(given) and usage["completion_tokens"] == len(sampled)
-        assert cached == min(_common(held, given), len(given) - 1)
+        assert cached == kept_prefix(held, given)
+        kept.append(cached)
         if previous is not None:  # all of the turn before, but its last sampled token, never evaluated
             before, before_sampled = previous
             assert given[: len(before) + len(before_sampled)] == before + before_sampled
@@ -119,10 +123,9 @@ def test_a_rollout_evaluates_only_the_new_ids_and_usage_counts_the_kept_prompt(
     assert calls >= 1
     # the engine's whole record: what it held of the first prompt, every id it evaluated, and the last sampled
     # token, is the conversation's ids up to the end of the last generation
+    assert previous is not None
     given, sampled = previous
-    first = conv.input_ids[: len(start)]
-    kept = min(_common(start, first), len(first) - 1)
-    logged = start[:kept] + [token for batch in record for token in batch] + sampled[-1:]
+    logged = start[: kept[0]] + [token for batch in record for token in batch] + sampled[-1:]
     assert logged == conv.input_ids[: len(given) + len(sampled)]
     assert [i for i, bit in enumerate(conv.sampled_mask) if bit] == sampled_at
 
