@@ -31,6 +31,7 @@ class Logged:
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
+        self.info = backend.info
         self.log: list[tuple[list[int], list[int], list[int]]] = []  # given, sampled, evaluated
 
     async def generate(self, request: Any) -> Any:
@@ -65,7 +66,7 @@ def main() -> int:
 
     from chatcodec.backends import LlamaBackend
     from chatcodec.cli.rollout import roll
-    from chatcodec.tools import Toolbox
+    from chatcodec.tools import LocalClient, Toolbox
 
     backend = LlamaBackend()
     toolbox = Toolbox(temperature.TOOLS)
@@ -75,8 +76,9 @@ def main() -> int:
         logged = Logged(backend)
         rollout = asyncio.run(
             roll(
-                logged, backend.codec, toolbox, messages, rounds=args.rounds, temperature=1.0,
-                seed=args.seed + index * args.rounds, max_tokens=args.max_tokens, tool_choice="required",
+                LocalClient(logged, template=backend.codec), toolbox, messages, rounds=args.rounds,
+                temperature=1.0, seed=args.seed + index * args.rounds, max_tokens=args.max_tokens,
+                tool_choice="required",
             )
         )  # fmt: skip
         results.append(exact(rollout, logged.log))

@@ -165,6 +165,17 @@ class Conversation:
         return list(self._logprobs)
 
     @property
+    def awaiting(self) -> bool:
+        """True when the ids end with a generation prompt: :meth:`add_completion` comes next."""
+        return self._awaiting
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """What every render of this conversation is given: ``tools``, ``documents`` and the template variables
+        (a copy)."""
+        return dict(self._options)
+
+    @property
     def text(self) -> str:
         """The text of the ids: template text as rendered, completions as the tokenizer decodes them."""
         return "".join(self._texts)

@@ -35,6 +35,7 @@ class Logged:
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
+        self.info = backend.info
         self.log: list[tuple[list[int], list[int], list[int]]] = []
 
     async def generate(self, request: Any) -> AsyncIterator[Any]:
@@ -57,7 +58,7 @@ def backend() -> Any:
 
 def test_rollouts_with_tool_calls_are_exact_against_the_engine(backend: Any) -> None:
     from chatcodec.cli.rollout import roll
-    from chatcodec.tools import Toolbox
+    from chatcodec.tools import LocalClient, Toolbox
 
     example = _example()
     toolbox = Toolbox(example.TOOLS)
@@ -65,12 +66,10 @@ def test_rollouts_with_tool_calls_are_exact_against_the_engine(backend: Any) -> 
     calls = 0
     for seed in (32, 34):  # the first two of bench_rollouts.py
         logged = Logged(backend)
+        client = LocalClient(logged, template=backend.codec)
         rollout = asyncio.run(
-            roll(
-                logged, backend.codec, toolbox, messages, rounds=2, temperature=1.0, seed=seed, max_tokens=64,
-                tool_choice="required",
-            )
-        )  # fmt: skip
+            roll(client, toolbox, messages, rounds=2, temperature=1.0, seed=seed, max_tokens=64, tool_choice="required")
+        )
         conv = rollout.conversation
         ids, mask = conv.input_ids, conv.sampled_mask
         assert logged.log and [g for g, _ in rollout.generations] == [g for g, _, _ in logged.log]
@@ -81,6 +80,9 @@ def test_rollouts_with_tool_calls_are_exact_against_the_engine(backend: Any) -> 
             assert evaluated == (given + sampled)[:-1]  # what llama.cpp's context holds
             marked[at : at + len(sampled)] = [1] * len(sampled)
         assert mask == marked
+        # each generation after the first kept all the engine evaluated of the one before (usage's cached_tokens)
+        before = [len(given) + len(sampled) - 1 for given, sampled, _ in logged.log[:-1]]
+        assert rollout.cached[1:] == before
         assert conv.messages[1]["role"] == "assistant" and conv.messages[1]["tool_calls"]  # the forced call
         assert conv.messages[2]["role"] == "tool"
         calls += rollout.tool_calls
@@ -96,7 +98,8 @@ def test_the_command_writes_rows_and_counts_the_drift(tmp_path: Path, backend: A
     assert "rollouts [" in stderr and "1/1" in stderr  # the progress bar
     summary = stdout.decode().splitlines()
     assert summary[0].startswith("1 rollouts, ") and str(output) in summary[0]
-    assert summary[1].startswith("drift: a fresh encode of the messages would change ") and "of 1" in summary[1]
+    assert summary[1].startswith("engine: ") and " kept from the one before" in summary[1]
+    assert summary[2].startswith("drift: a fresh encode of the messages would change ") and "of 1" in summary[2]
     rows = pq.read_table(output).to_pylist()
     assert len(rows) == 1
     row = rows[0]

@@ -69,6 +69,9 @@ class Chunk:
     ``token_ids`` are the tokens generated since the last chunk (their text may come later, held back for a
     stop string or an unfinished UTF-8 character), all of them over a generation: the end-of-generation token
     and a stop string's too, as ``completion_tokens`` counts them. None: the backend does not report them.
+    ``cached_tokens`` (on the last chunk) counts the prompt's first tokens the engine kept from what it had
+    evaluated before, and so did not evaluate again (OpenAI's ``prompt_tokens_details.cached_tokens``); None:
+    the backend does not say.
     """
 
     text: str
@@ -76,6 +79,7 @@ class Chunk:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     token_ids: tuple[int, ...] | None = None
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

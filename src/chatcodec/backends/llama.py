@@ -7,7 +7,8 @@ downloaded at run time. The chat template and its special tokens come from the G
 There is one llama context. Generations run one at a time on a worker thread, in arrival order, and
 each token is handed to the event loop as it comes, so waiting requests never block the loop. Closing
 a generation (the client went away) stops it at the next token. A prompt that begins as the previous one
-did reuses its evaluated tokens.
+did reuses its evaluated tokens: the last chunk's ``cached_tokens`` says how many, so a conversation given back
+with its new turn (:class:`chatcodec.Conversation`) is evaluated from its new ids on.
 
 Chat prompts arrive as token ids from :attr:`LlamaBackend.codec` (llama.cpp's own tokenizer behind a
 :class:`~chatcodec.Codec`), so text from the caller never becomes a control token; a text prompt (a raw
@@ -261,11 +262,17 @@ class LlamaBackend:
         async for _chunk in self.generate(Generation(ids, max_tokens=1, temperature=0)):
             pass
 
-    def _evaluate(self, ids: list[int]) -> None:
+    def _evaluate(self, ids: list[int]) -> int:
         """Evaluate the prompt, keeping what the context holds of it already (but its last token, whose
-        logits are needed)."""
+        logits are needed); return how many of its ids were kept.
+
+        What the context holds is ``input_ids[:n_tokens]``: past ``n_tokens`` the array keeps the ids of an
+        earlier, longer evaluation, which the context no longer has. A conversation given back with its new
+        turn keeps everything the engine evaluated of it (every sampled token but the last, which sampling
+        never evaluates), and only the ids after that are evaluated.
+        """
         llama = self._llama
-        cached = llama.input_ids
+        cached = llama.input_ids[: llama.n_tokens]
         keep = 0
         limit = min(len(cached), len(ids) - 1)
         while keep < limit and cached[keep] == ids[keep]:
@@ -277,6 +284,7 @@ class LlamaBackend:
             llama.reset()
             keep = 0
         llama.eval(ids[keep:])
+        return keep
 
     def _generate(
         self,
@@ -306,7 +314,7 @@ class LlamaBackend:
         produced = 0
         finish = "length"
         previous: list[int] = list(ids)
-        self._evaluate(ids)
+        cached = self._evaluate(ids)
         ctx = llama.ctx
         pending: list[int] = []  # the tokens generated since the last chunk: its token_ids
         while True:
@@ -329,14 +337,14 @@ class LlamaBackend:
                 break
             if produced >= limit:
                 text += stops.feed(utf8.decode(b"", final=True)) + stops.finish()
-                put(Chunk(text, "length", len(ids), produced, tuple(pending)))
+                put(Chunk(text, "length", len(ids), produced, tuple(pending), cached))
                 return
             if text:
                 put(Chunk(text, token_ids=tuple(pending)))
                 pending.clear()
             llama.eval([token])
         tail = "" if stops.stopped else stops.feed(utf8.decode(b"", final=True)) + stops.finish()
-        put(Chunk(tail, finish, len(ids), produced, tuple(pending)))  # type: ignore[arg-type]
+        put(Chunk(tail, finish, len(ids), produced, tuple(pending), cached))  # type: ignore[arg-type]
 
     async def aclose(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)

@@ -139,6 +139,8 @@ class Outcome:
     finish: str
     prompt_tokens: int
     completion_tokens: int
+    #: the prompt's first tokens the engine kept from its last evaluation (0: none, or the backend does not say)
+    cached_tokens: int = 0
 
 
 class ChatService:
@@ -633,6 +635,7 @@ class ChatService:
                 _finish(last, valid),
                 prompt_tokens,
                 usage["completion_tokens"],
+                usage["prompt_tokens_details"]["cached_tokens"],
             )
             clock.pause()
             yield outcome
@@ -739,10 +742,17 @@ def _finish(last: Chunk | None, calls: Sequence[ToolCall]) -> str:
     return last.finish_reason if last is not None and last.finish_reason else "stop"
 
 
-def _usage(last: Chunk | None) -> dict[str, int]:
+def _usage(last: Chunk | None) -> dict[str, Any]:
+    """OpenAI's usage, with the prompt tokens the engine kept from its last evaluation as ``cached_tokens``."""
     prompt = last.prompt_tokens if last is not None and last.prompt_tokens is not None else 0
     completion = last.completion_tokens if last is not None and last.completion_tokens is not None else 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    cached = last.cached_tokens if last is not None and last.cached_tokens is not None else 0
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def _completion_id() -> str:

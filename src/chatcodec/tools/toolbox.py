@@ -66,11 +66,13 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
-from ..exceptions import ChatcodecError, InputError, LoadError, SchemaError
+from ..exceptions import BackendError, ChatcodecError, ConversationError, InputError, LoadError, SchemaError
 from ..schema import JsonSchema, function_schema, parse_google_docstring, type_hint_schema
 from .mcp import ToolFailure
 
 if typing.TYPE_CHECKING:
+    from ..backends.base import Chunk, Constraint
+    from ..conversation import Conversation
     from .mcp import MCPServer, MCPThread
 
 __all__ = ["LocalClient", "Round", "ToolResult", "Toolbox", "tool_schema"]
@@ -855,9 +857,110 @@ class LocalClient:
         except APIError as exc:
             raise InputError(f"The request cannot be answered: {exc.message}") from None
 
+    async def complete(
+        self,
+        conversation: Conversation,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        tool_choice: str | None = None,
+        parallel_tool_calls: bool = True,
+    ) -> dict[str, Any]:
+        """Generate the model's next turn of ``conversation`` token in, token out, and add it to the conversation.
+
+        The model is given ``conversation.input_ids`` as they are (the conversation must await a completion:
+        its last append had ``add_generation_prompt=True``) and the ids it samples go back verbatim with
+        :meth:`~chatcodec.Conversation.add_completion`. The embedded engine keeps what it evaluated of the
+        conversation's last turn, so it evaluates only the ids appended since then; ``usage`` says how many
+        prompt ids were kept (``prompt_tokens_details.cached_tokens``). The answer is a ``chat.completion``
+        dict: the message as the conversation holds it, the sampled ``token_ids``, the ``finish_reason``.
+
+        Sampling is the model's own unless ``tool_choice`` (``"auto"``, ``"required"`` or a tool's name) asks
+        for the server's constraint on the conversation's tools (``parallel_tool_calls=False``: one call at
+        most). The conversation is made by this client's
+        :attr:`codec` (``client.codec.conversation(...)``), whose ids are the engine's.
+        """
+        from ..backends.base import Generation
+        from ..server.chat import _completion_id, _usage
+
+        if self.codec is None or conversation.codec is not self.codec:
+            raise InputError(
+                "The conversation must be made by this client's codec (client.codec.conversation(...)),"
+                " so that its ids are the engine's."
+                if self.codec is not None
+                else "This backend takes text: a conversation needs a backend with a tokenizer."
+            )
+        if not conversation.awaiting:
+            raise ConversationError(
+                "The conversation does not await a completion: append its next messages with"
+                " add_generation_prompt=True first."
+            )
+        request = Generation(
+            conversation.input_ids,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            constraint=None
+            if tool_choice is None
+            else _conversation_constraint(conversation, tool_choice, parallel=parallel_tool_calls),
+        )
+        sampled: list[int] = []
+        last: Chunk | None = None
+        async for chunk in self.backend.generate(request):
+            if chunk.token_ids is None:
+                raise BackendError("The backend does not report the ids it sampled, which a conversation keeps.")
+            sampled += chunk.token_ids
+            last = chunk
+        message = conversation.add_completion(sampled)
+        finish = "length" if last is not None and last.finish_reason == "length" else "stop"
+        choice = {
+            "index": 0,
+            "message": conversation.messages[-1],
+            "logprobs": None,
+            "finish_reason": "tool_calls" if message.tool_calls and finish == "stop" else finish,
+            "token_ids": sampled,
+        }
+        return {
+            "id": _completion_id(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self._service.model,
+            "choices": [choice],
+            "usage": _usage(last),
+        }
+
     async def aclose(self) -> None:
         """Free the backend (the embedded model's memory, a remote backend's connections)."""
         await self.backend.aclose()
+
+
+def _conversation_constraint(conversation: Conversation, choice: str, *, parallel: bool) -> Constraint:
+    """The server's constraint for ``tool_choice`` = ``choice`` on the conversation's tools, in its template's
+    format (with its template variables: where the answer starts, inside reasoning or not)."""
+    from ..decoders import decoder_for
+    from ..server.constrain import learn_frame, thinking_for, tool_constraint
+
+    options = conversation.options
+    template = conversation.codec.template
+    tools = [t for t in options.get("tools") or () if isinstance(t, Mapping) and "function" in t]
+    names = [t["function"].get("name") for t in tools]
+    if not isinstance(choice, str) or choice not in ("auto", "required", *names):
+        raise InputError(f"tool_choice must be 'auto', 'required' or one of the conversation's tools {names}.")
+    variables = {k: v for k, v in options.items() if k not in ("tools", "documents", "polyfill")}
+    name = decoder_for(template, tools=tools, polyfill=options.get("polyfill", False)).name
+    frame = None if name in ("generic", "content") else learn_frame(template, variables)
+    enable = variables.get("enable_thinking")
+    thinking = thinking_for(template, enable if isinstance(enable, bool) else None)
+    constraint = tool_constraint(name, tools, choice, parallel=parallel, frame=frame, thinking=thinking)
+    if constraint is None:
+        raise InputError(
+            f"Cannot constrain template {template.name or 'unnamed'!r} to tool_choice={choice!r}: it shows no"
+            " tool-call format to constrain to."
+        )
+    return constraint
 
 
 class _Namespace:

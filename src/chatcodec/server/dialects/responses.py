@@ -377,7 +377,7 @@ def _usage(outcome: Outcome | None) -> dict[str, Any] | None:
         return None
     return {
         "input_tokens": outcome.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": outcome.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": outcome.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
