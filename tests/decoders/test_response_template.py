@@ -141,6 +141,7 @@ def test_written_templates_read_the_corpus_calls_as_transformers_does() -> None:
         chat_parsing.response_templates.load_response_template(written)  # it loads in transformers
         failures = []
         for prompt, completion, tools, message in cases:
+            whole_is_streamed(decoder_from_response_template(written, prompt=prompt, tools=tools), completion)
             parsed = parse_response(completion, written, prefix=prompt, tools=tools)
             if theirs(parsed) != ours(message):
                 failures.append(f"{completion!r}: transformers {theirs(parsed)}, chatcodec {ours(message)}")
@@ -197,10 +198,31 @@ def test_a_template_that_writes_no_answer_cue_has_no_anchor() -> None:
 # -- what TRL writes, read by chatcodec as transformers reads it ----------------------------------------------
 
 
+def whole_is_streamed(decoder: Any, text: str) -> Any:
+    """``decoder.decode(text)``, checked to be exactly the message its stream gives: the one-pass whole read
+    (its own delimiter searches, no second parse of the arguments) against the streaming machine. Every field
+    of every call is compared; an id only where the model wrote it (a fresh one differs by design)."""
+    message = decoder.decode(text)  # never raises on model output
+    stream = decoder.stream()
+    stream.feed(text)
+    stream.finish()
+    streamed = stream.message
+
+    def fields(m: Any) -> Any:
+        calls = [
+            (c.name, c.arguments, c.arguments_json, c.id if c.id in text else None, c.raw, c.error, c.index)
+            for c in (*m.tool_calls, *m.invalid_tool_calls)
+        ]
+        return m.content, m.reasoning_content, calls, len(m.tool_calls)
+
+    assert fields(message) == fields(streamed), text
+    return message
+
+
 def _same(name: str, template: dict[str, Any], text: str, prompt: str, tools: list[Any] | None) -> str | None:
     """None when chatcodec's decoder from ``template`` reads ``text`` as transformers does, else the difference."""
     decoder = decoder_from_response_template(template, prompt=prompt, tools=tools)
-    message = decoder.decode(text)  # never raises on model output
+    message = whole_is_streamed(decoder, text)
     assert as_streamed(message, text) == rebuild(
         _deltas(decoder, [text[: len(text) // 2], text[len(text) // 2 :]]), text
     )

@@ -382,12 +382,12 @@ def decoder_for(
     """The decoder for output generated from ``template``'s prompts.
 
     A template loaded with a ``response_template`` (a model folder's ``tokenizer_config.json``) is decoded by
-    it (see :func:`~chatcodec.decoders.response_reader.decoder_from_response_template`). Otherwise the
-    format comes from :func:`detect_format`; for prompts rendered with a ``polyfill`` that put
-    the tools into the system text (``tools_in_system``), it is ``generic``, which those instructions
-    ask for. Unless ``thinking_forced_open`` is given, the reasoning start state comes from ``prompt``
-    (the exact prompt, when you have it) or from the template's generation prompt rendered with
-    ``chat_template_kwargs`` (and ``enable_thinking``).
+    it (see :func:`~chatcodec.decoders.response_reader.decoder_from_response_template`), unless a polyfill
+    put the tools into the system text. Otherwise the format comes from :func:`detect_format`; for prompts
+    rendered with a ``polyfill`` that put the tools into the system text (``tools_in_system``), it is
+    ``generic``, which those instructions ask for. Unless ``thinking_forced_open`` is given, the reasoning
+    start state comes from ``prompt`` (the exact prompt, when you have it) or from the template's generation
+    prompt rendered with ``chat_template_kwargs`` (and ``enable_thinking``).
     Other options are :func:`~chatcodec.decoders.decoder`'s.
 
     >>> d = decoder_for("qwen3", enable_thinking=True)
@@ -395,7 +395,9 @@ def decoder_for(
     'f'
     """
     chat = as_template(template)
-    if chat.response_template is not None and not polyfill:  # the model's own says how its output is parsed
+    # the tools went into the system text, whose instructions ask for generic calls
+    in_system = bool(polyfill) and "tools_in_system" in select(polyfill, lambda: chat.capabilities)
+    if chat.response_template is not None and not in_system:  # the model's own says how its output is parsed
         return decoder_from_response_template(
             chat.response_template, template=chat, prompt=prompt, chat_template_kwargs=chat_template_kwargs, **options
         )
@@ -410,7 +412,7 @@ def decoder_for(
             DecodeWarning,
             stacklevel=2,
         )
-    if polyfill and "tools_in_system" in select(polyfill, lambda: chat.capabilities):
+    if in_system:
         fmt = get_format("generic")
     if prompt is not None and not isinstance(prompt, str):
         raise DecodeError(f"prompt must be the prompt text, not {type(prompt).__name__}.")

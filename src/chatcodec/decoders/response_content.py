@@ -55,6 +55,9 @@ def parse_content(parser: str, text: str, args: Mapping[str, Any]) -> Any:
 
 
 _OPEN_MARK, _CLOSE_MARK = "\x01", "\x02"
+#: what ``json.loads`` skips before a value, and the characters a value can start with (NaN and Infinity too)
+_JSON_SPACE = " \t\n\r"
+_JSON_STARTS = frozenset('{["-0123456789tfnNI')
 _BARE_KEY = re.compile(r'"(?:\\.|[^"\\])*"|(?<=[{,])(\s*)(\w+)(\s*):')
 
 
@@ -77,12 +80,14 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
         )
     for i, s in enumerate(saved):
         working = working.replace(f"{_OPEN_MARK}{i}{_CLOSE_MARK}", json.dumps(s))
-    try:
-        return json.loads(working)
-    except json.JSONDecodeError:
-        if args.get("allow_non_json"):
-            return text.strip() if args.get("strip", True) else text
-        raise ValueError(f"the region is not JSON: {text[:60]!r}") from None
+    if working.lstrip(_JSON_SPACE)[:1] in _JSON_STARTS:  # else plain text, known without the parser
+        try:
+            return json.loads(working)
+        except json.JSONDecodeError:
+            pass
+    if args.get("allow_non_json"):
+        return text.strip() if args.get("strip", True) else text
+    raise ValueError(f"the region is not JSON: {text[:60]!r}")
 
 
 def _sub(raw: str, value_parser: Any) -> Any:
@@ -259,15 +264,17 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 # -- casting arguments by the tools' schemas (transformers' rules) -------------------------------------------
 
 
-def tool_params(tools: Iterable[Any] | None) -> dict[str, Mapping[str, Any]]:
-    """Each tool's parameter schemas (``properties``) by name."""
-    found: dict[str, Mapping[str, Any]] = {}
+def tool_params(tools: Iterable[Any] | None) -> dict[str, Mapping[str, tuple[str, ...]]]:
+    """Each tool's parameter types by name (``{tool: {parameter: types}}``), read from its schema once, so
+    that casting a call's arguments looks nothing up in the schema again."""
+    found: dict[str, Mapping[str, tuple[str, ...]]] = {}
     for tool in tools or ():
         fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
         if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
             params = fn.get("parameters")
             props = params.get("properties") if isinstance(params, Mapping) else None
-            found[fn["name"]] = props if isinstance(props, Mapping) else {}
+            typed = {key: _types(schema) for key, schema in props.items()} if isinstance(props, Mapping) else {}
+            found[fn["name"]] = {key: types for key, types in typed.items() if types}
     return found
 
 
@@ -284,17 +291,18 @@ def _types(schema: Any) -> tuple[str, ...]:
     return tuple(types)
 
 
-def cast_arguments(arguments: dict[str, Any], properties: Mapping[str, Any]) -> dict[str, Any]:
-    """String arguments cast to their schema's types (the first type that reads them), as transformers casts."""
+def cast_arguments(arguments: dict[str, Any], types: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+    """String arguments cast to their parameter's types (the first type that reads them), as transformers
+    casts; ``types`` is one tool's entry of :func:`tool_params`."""
     out = dict(arguments)
     for key, value in arguments.items():
-        types = _types(properties.get(key)) if key in properties else ()
-        if not types:
+        kinds = types.get(key)
+        if not kinds:
             continue
         if isinstance(value, str):
-            out[key] = _cast(value, types)
-        elif isinstance(value, list) and "array" not in types:
-            out[key] = [_cast(v, types) if isinstance(v, str) else v for v in value]
+            out[key] = _cast(value, kinds)
+        elif isinstance(value, list) and "array" not in kinds:
+            out[key] = [_cast(v, kinds) if isinstance(v, str) else v for v in value]
     return out
 
 

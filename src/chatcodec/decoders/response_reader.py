@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -67,12 +67,14 @@ _PLACEHOLDER = re.compile(r"\{(\w+(?:\.\w+)*)\}")
 
 @dataclass(frozen=True, slots=True)
 class Delimiter:
-    """An open or close delimiter: its pattern, its literals (None for a regex), and whether a literal
-    match could still grow (one literal is a prefix of another)."""
+    """An open or close delimiter: its pattern, its literals (None for a regex), whether a literal
+    match could still grow (one literal is a prefix of another), and the pattern a whole text is searched
+    with (see :func:`_whole_pattern`)."""
 
     pattern: Any
     literals: tuple[str, ...] | None
     extends: bool
+    whole: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,8 @@ class Field:
     args: Mapping[str, Any]
     transform: Any
     transform_each: bool
+    #: the transform compiled (:func:`_shaper`): a scope in, the transformed value out
+    shape: Callable[[Mapping[str, Any]], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +151,8 @@ def load_response_template(spec: Any) -> ResponseTemplate:
         raise DecodeError("The response template needs a start_anchor or a start_anchor_pattern.")
     sink = implicit[0] if implicit else None
     count = len(fields)
-    opens = [(0, f, f.open.pattern, i) for i, f in enumerate(fields) if f.open is not None]
-    closes = {f.name: ((1, f, f.close.pattern, count + i),) if f.close else () for i, f in enumerate(fields)}
+    opens = [(0, f, f.open.whole, i) for i, f in enumerate(fields) if f.open is not None]
+    closes = {f.name: ((1, f, f.close.whole, count + i),) if f.close else () for i, f in enumerate(fields)}
     idle = (*opens, *(closes[sink.name] if sink else ()))
     return ResponseTemplate(spec, fields, sink, anchor, idle, closes)
 
@@ -192,10 +196,11 @@ def _field(rx: Any, name: str, raw: Any) -> Field:
             raise DecodeError(f"{scope} captures {', '.join(sorted(captured))} but has no transform that uses it.")
     if parser == "xml-inline":  # compiled once, not on every region
         try:
-            args = {**args, "tag_pattern": rx.compile(args["tag_pattern"], rx.DOTALL)}
+            args = {**args, "tag_pattern": _whole_pattern(rx.compile(args["tag_pattern"], rx.DOTALL))}
         except rx.error as exc:
             raise DecodeError(f"{scope}: the tag_pattern is not a valid regular expression: {exc}.") from None
-    return Field(name, role, opener, closer, parser, args, transform, each)
+    shape = None if transform is None else _shaper(transform)
+    return Field(name, role, opener, closer, parser, args, transform, each, shape)
 
 
 def _delimiter(rx: Any, scope: str, raw: Mapping[str, Any], literal_key: str, pattern_key: str) -> Delimiter | None:
@@ -209,16 +214,30 @@ def _delimiter(rx: Any, scope: str, raw: Mapping[str, Any], literal_key: str, pa
         literals = tuple(dict.fromkeys(found))
         ordered = sorted(literals, key=len, reverse=True)
         extends = any(a != b and a.startswith(b) for a in literals for b in literals)
-        return Delimiter(rx.compile("|".join(rx.escape(s) for s in ordered), rx.DOTALL), literals, extends)
+        pattern = rx.compile("|".join(rx.escape(s) for s in ordered), rx.DOTALL)
+        return Delimiter(pattern, literals, extends, re.compile("|".join(map(re.escape, ordered))))
     if pattern_key in raw:
         pattern = raw[pattern_key]
         if not isinstance(pattern, str):
             raise DecodeError(f"{scope}: {pattern_key} must be a regular expression as a string.")
         try:
-            return Delimiter(rx.compile(pattern, rx.DOTALL), None, False)
+            compiled = rx.compile(pattern, rx.DOTALL)
         except rx.error as exc:
             raise DecodeError(f"{scope}: {pattern_key} is not a valid regular expression: {exc}.") from None
+        return Delimiter(compiled, None, False, _whole_pattern(compiled))
     return None
+
+
+def _whole_pattern(compiled: Any) -> Any:
+    """The pattern a whole text is searched with: the standard library's compilation of the same expression
+    when it has one (several times faster on short texts; a whole read needs no partial matches), else the
+    ``regex`` module's (``\\G``, variable-width lookbehind, ``\\p{...}`` and the like). Both engines are
+    backtracking, leftmost-first matchers with the same syntax where both accept it, so they find the same
+    matches; the whole-equals-streamed tests hold that over every written and hand-written template."""
+    try:
+        return re.compile(compiled.pattern, re.DOTALL)
+    except (re.error, ValueError, OverflowError):
+        return compiled
 
 
 def _check_transform(scope: str, transform: Any) -> None:
@@ -357,7 +376,7 @@ class ResponseMachine(MachineBase):
 
     def _calls(self, field: Field, body: str) -> None:
         out = self.out
-        for n, (name, arguments, call_id, error) in enumerate(parsed_calls(field, body, self.captures, self.params)):
+        for n, (name, _, arguments, call_id, error) in enumerate(parsed_calls(field, body, self.captures, self.params)):
             out.begin_call(name, call_id)
             if n == 0:
                 out.raw(body)
@@ -365,69 +384,89 @@ class ResponseMachine(MachineBase):
             out.end_call(error)
 
 
+#: one parsed call: ``(name, arguments, arguments JSON, id, error)``, the arguments being the JSON's value
+Call = tuple[str, Any, str, str | None, str | None]
+_to_json = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False), made once
+
+
 def parsed_calls(
-    field: Field, body: str, captures: Mapping[str, str], params: Mapping[str, Mapping[str, Any]]
-) -> list[tuple[str, str, str | None, str | None]]:
-    """Each call of a closed tool-call region: ``(name, arguments JSON, id, error)``; one invalid call
-    holding the whole region when it does not parse."""
+    field: Field, body: str, captures: Mapping[str, str], params: Mapping[str, Mapping[str, tuple[str, ...]]]
+) -> list[Call]:
+    """Each call of a closed tool-call region (:data:`Call`); one invalid call holding the whole region
+    when it does not parse. ``params`` is :func:`~.response_content.tool_params` of the tools."""
     try:
         value = _transformed(field, body, captures)
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         reason = f"the tool call does not parse with the response template: {str(exc).splitlines()[0]}"
-        return [(str(captures.get("name", "")), "", None, reason)]
+        return [(str(captures.get("name", "")), "", "", None, reason)]
     return [_call_of(item, params) for item in (value if isinstance(value, list) else [value])]
 
 
 def _transformed(field: Field, body: str, captures: Mapping[str, str]) -> Any:
     value = parse_content(field.parser, body, field.args)
-    if field.transform is None:
+    if field.shape is None:
         return value
     if field.transform_each:
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
             raise ValueError("transform_each needs a list of objects")
-        return [_apply(field.transform, {**captures, **item}) for item in value]
-    return _apply(field.transform, {**captures, "content": value})
+        return [field.shape({**captures, **item}) for item in value]
+    return field.shape({**captures, "content": value})
 
 
-def _apply(transform: Any, scope: Mapping[str, Any]) -> Any:
+def _shaper(transform: Any) -> Callable[[Mapping[str, Any]], Any]:
+    """``transform`` compiled once: a function of the scope (captures and the parsed content) that builds
+    the value, with each ``{placeholder}`` looked up as transformers looks it up (a missing key is a
+    ``KeyError``, a lookup into a string a ``TypeError``)."""
     if isinstance(transform, Mapping):
-        return {k: _apply(v, scope) for k, v in transform.items()}
+        parts = [(key, _shaper(value)) for key, value in transform.items()]
+        return lambda scope: {key: part(scope) for key, part in parts}
     if isinstance(transform, list):
-        return [_apply(v, scope) for v in transform]
+        items = [_shaper(value) for value in transform]
+        return lambda scope: [item(scope) for item in items]
     whole = _PLACEHOLDER.fullmatch(transform) if isinstance(transform, str) else None
     if whole is None:
-        return transform
+        return lambda scope: transform
     root, *keys = whole.group(1).split(".")
-    value = scope[root]
-    for key in keys:
-        value = value[key]
-    return value
+    if not keys:
+        return lambda scope: scope[root]
+
+    def lookup(scope: Mapping[str, Any]) -> Any:
+        value = scope[root]
+        for key in keys:
+            value = value[key]
+        return value
+
+    return lookup
 
 
-def _call_of(item: Any, params: Mapping[str, Mapping[str, Any]]) -> tuple[str, str, str | None, str | None]:
-    """``(name, arguments JSON, id, error)`` of one parsed call, its arguments cast by the tool's schema."""
+def _call_of(item: Any, params: Mapping[str, Mapping[str, tuple[str, ...]]]) -> Call:
+    """One parsed call (:data:`Call`), its arguments cast by the tool's schema. The arguments are the value
+    their JSON parses back to (what a stream's message holds), so a whole read need not parse it again."""
     fn = item.get("function", item) if isinstance(item, dict) else None
     if not isinstance(fn, dict):
-        return "", json.dumps(item, ensure_ascii=False), None, "the tool call is not an object"
+        return "", item, _to_json(item), None, "the tool call is not an object"
     name = fn.get("name")
     arguments = fn.get("arguments", fn.get("parameters", {}))
     if isinstance(arguments, str):
         arguments, ok = parse_arguments(arguments)
         if not ok:
-            return str(name or ""), json.dumps(arguments), None, "the arguments are not valid JSON"
+            return str(name or ""), arguments, json.dumps(arguments), None, "the arguments are not valid JSON"
     if isinstance(name, str) and isinstance(arguments, dict) and "function" in item and name in params:
         arguments = cast_arguments(arguments, params[name])
     call_id = item.get("id") if isinstance(item.get("id"), str) and item.get("id") else None
     if not isinstance(name, str) or not name:
-        return "", json.dumps(arguments, ensure_ascii=False), call_id, "the tool call has no name"
-    return name, json.dumps(arguments, ensure_ascii=False), call_id, None
+        return "", arguments, _to_json(arguments), call_id, "the tool call has no name"
+    return name, arguments, _to_json(arguments), call_id, None
 
 
 _UNSEEN = object()
 
 
 def read_whole(
-    rt: ResponseTemplate, params: Mapping[str, Mapping[str, Any]], text: str, extract_reasoning: bool = True
+    rt: ResponseTemplate,
+    params: Mapping[str, Mapping[str, tuple[str, ...]]],
+    text: str,
+    extract_reasoning: bool = True,
 ) -> AssistantMessage:
     """The message in a whole text: :class:`ResponseMachine`'s regions, found in one pass with nothing to
     wait for (no partial matches), each delimiter searched again only once the text has passed its last
@@ -436,23 +475,23 @@ def read_whole(
     found: list[Any] = [_UNSEEN] * (2 * len(rt.fields))
     content: list[str] = []
     reasoning: list[str] = []
-    calls: list[tuple[str, str, str | None, str, str | None]] = []
+    calls: list[ToolCall] = []
     captures: dict[str, str] = {}
     groups: dict[str, str] = {}
     current, opened, start, pos, n = implicit, False, 0, 0, len(text)
     while True:
         watch = idle if current is implicit else closes[current.name]  # type: ignore[union-attr]
         best: Any = None
-        best_key = (n + 1, 0, 0)
+        first = n + 1
         for kind, field, pattern, slot in watch:
             m = found[slot]
             if m is _UNSEEN or (m is not None and m.start() < pos):
                 m = found[slot] = pattern.search(text, pos)
             if m is not None:
-                key = (m.start(), m.start() - m.end(), kind)
-                if key < best_key:
-                    best_key, best = key, (kind, field, m, slot)
-        end = n if best is None else best[2].start()
+                at = m.start()
+                if at < first or (at == first and (m.end(), -kind) > (best[2].end(), -best[0])):
+                    first, best = at, (kind, field, m, slot)
+        end = n if best is None else first
         if end > pos and current is not None:  # the text before the delimiter is the current region's
             opened = True
             role = current.role
@@ -466,14 +505,15 @@ def read_whole(
             pos = m.end()
             found[slot] = _UNSEEN  # never the same match twice
             groups = {k: v for k, v in m.groupdict().items() if v is not None} if m.re.groupindex else {}
-            if kind == 1:
+            if kind == 1 and groups:
                 captures = {**captures, **groups}
         if current is not None and opened and current.role == "calls":
             body = text[start:end]
-            for k, (name, arguments, call_id, error) in enumerate(parsed_calls(current, body, captures, params)):
-                calls.append((name, arguments, call_id, body if k == 0 else "", error))
+            for k, (name, value, arguments, call_id, error) in enumerate(parsed_calls(current, body, captures, params)):
+                raw = "" if k else body  # the region's first call holds its text
+                calls.append(ToolCall(name, value, arguments, call_id or new_call_id(), raw, error, len(calls)))
         current, opened, captures = implicit, False, {}
-        if best is None or (best[0] == 1 and not had and best[2].start() == best[2].end()):
+        if best is None or (best[0] == 1 and not had and first == pos):
             rest = best is not None and pos < n and implicit is not None and implicit.role != "calls"
             if rest and implicit is not None:  # a zero-width close of nothing: the rest is the sink's
                 (content if implicit.role == "content" or not extract_reasoning else reasoning).append(text[pos:])
@@ -481,15 +521,11 @@ def read_whole(
         if best[0] == 0:
             current, opened, captures, start = best[1], True, groups, pos
     joined = "".join(content)
-    made = []
-    for index, (name, arguments, call_id, raw, error) in enumerate(calls):
-        value, _ = parse_arguments(arguments)
-        made.append(ToolCall(name, value, arguments, call_id or new_call_id(), raw, error, index))
     return AssistantMessage(
         joined if joined.strip() else None,
         "".join(reasoning).strip() or None,
-        tuple(c for c in made if c.error is None),
-        tuple(c for c in made if c.error is not None),
+        tuple(c for c in calls if c.error is None),
+        tuple(c for c in calls if c.error is not None),
     )
 
 
