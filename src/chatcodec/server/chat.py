@@ -137,6 +137,22 @@ class Outcome:
     prompt_tokens: int
     completion_tokens: int
 
+    def message(self) -> dict[str, Any]:
+        """The answer as the assistant's chat message (the calls' arguments parsed), for a conversation that goes on."""
+        turn: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning:
+            turn["reasoning_content"] = self.reasoning
+        if self.calls:
+            turn["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.loads(c["arguments"])},
+                }
+                for c in self.calls
+            ]
+        return turn
+
 
 class ChatService:
     """Chat completions over ``backend`` with ``template``.
