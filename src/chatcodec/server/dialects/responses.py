@@ -340,7 +340,8 @@ def _tools(value: Any, hosted: HostedTools | None) -> tuple[list[dict[str, Any]]
         return [], []
     if not isinstance(value, list):
         raise _fail("tools", f"tools must be a list, not {_type_name(value)}.")
-    out, mcp = [], []
+    out: list[dict[str, Any]] = []
+    mcp: list[MCPTool] = []
     for i, raw in enumerate(value):
         where = f"tools[{i}]"
         tool = _object(raw, where)
