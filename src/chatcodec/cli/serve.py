@@ -130,6 +130,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="--mcp-config: the longest an MCP tool call may take; past it the model reads that it timed out"
         " (default: 30)",
     )
+    parser.add_argument(
+        "--mcp-rounds",
+        type=common.positive_int,
+        metavar="N",
+        help="--mcp-config: how many times one request's model is asked at most, its MCP calls run between; the"
+        ' last time with tool_choice "none", so that it answers (default: 4)',
+    )
     common.add_limit_options(parser)
     parser.add_argument(
         "--quiet", action="store_true", help="no request lines (by default one per request on stderr: method, path,"
@@ -156,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
     listening = _listen(args.host, args.port)  # a port already taken is one line, before anything loads
     try:
-        with _toolbox(args) as toolbox:  # the MCP sessions live as long as the server
+        with _toolbox(args) as toolbox:  # the MCP sessions live as long as the server (whose shutdown closes them)
             return _serve(args, listening, toolbox)
     finally:
         listening.close()
@@ -217,6 +224,7 @@ def _serve(args: argparse.Namespace, listening: socket.socket, toolbox: Any = No
         default_max_tokens=args.max_tokens_default,
         store=_store(args),
         toolbox=toolbox,
+        **({"mcp_rounds": args.mcp_rounds} if args.mcp_rounds is not None else {}),
     )
     common.flush_notes()
     port = listening.getsockname()[1]

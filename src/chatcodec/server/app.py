@@ -34,7 +34,7 @@ from .chat import ASK_TOKEN_IDS, ChatService, Generated, Outcome, Plan
 from .dialects import messages as anthropic
 from .dialects import responses as openresponses
 from .errors import APIError, json_bytes
-from .hosted import HostedCall, HostedRun, HostedTools
+from .hosted import ROUNDS, HostedCall, HostedRun, HostedTools
 from .protocol import ChatRequest, parse_chat, parse_completion
 from .store import ResponseStore
 
@@ -144,6 +144,7 @@ def create_app(
     aliases: Sequence[str] = (),
     store: ResponseStore | None = None,
     toolbox: Toolbox | None = None,
+    mcp_rounds: int = ROUNDS,
 ) -> Starlette:
     """The server for ``backend`` with ``template`` (serve it with uvicorn).
 
@@ -154,7 +155,8 @@ def create_app(
     kept, and ``previous_response_id`` finds nothing). A request body may hold ``max_body`` bytes and must
     arrive within ``body_timeout`` seconds (then 408). ``toolbox`` holds the MCP servers that ``/v1/responses``
     requests may name as ``{"type": "mcp", "server_label": ...}`` tools, whose calls the server runs itself
-    (:mod:`chatcodec.server.hosted`); it stays open while the app serves, and its owner closes it.
+    (:mod:`chatcodec.server.hosted`), asking the model at most ``mcp_rounds`` times per request; it stays open
+    while the app serves, and the app closes it when it shuts down (its MCP servers' children exit).
 
     Each request is logged in one line on the ``chatcodec.access`` logger (:mod:`chatcodec.server.access`).
     """
@@ -304,7 +306,7 @@ def create_app(
         run = None
         if req.mcp and hosted is not None:
             allowed = [name for tool in req.mcp for name in tool.tools]
-            run = HostedRun(service, hosted, allowed, plan, gen, first, replan)
+            run = HostedRun(service, hosted, allowed, plan, gen, first, replan, mcp_rounds)
         for event in events.listed(req.mcp):
             yield event
         async for piece in run if run is not None else service.run(plan, gen, first):
@@ -561,6 +563,8 @@ def create_app(
             except BackendError as exc:  # not up yet: each request says so (502) until it is
                 log.warning("%s", exc)
         yield
+        if toolbox is not None:  # before uvicorn raises a stopping signal again, which would end the process
+            await toolbox.aclose()
         await backend.aclose()
         planners.shutdown(wait=False, cancel_futures=True)
         tokenizers.shutdown(wait=False, cancel_futures=True)

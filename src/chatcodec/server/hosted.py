@@ -47,7 +47,7 @@ class HostedCall:
 
 
 class HostedTools:
-    """The MCP servers' tools of ``toolbox``, by server label (the toolbox stays its owner's to close)."""
+    """The MCP servers' tools of ``toolbox``, by server label."""
 
     def __init__(self, toolbox: Toolbox) -> None:
         self.toolbox = toolbox
