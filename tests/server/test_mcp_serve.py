@@ -10,7 +10,9 @@ streamed; and no child left once the server stops.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -30,15 +32,27 @@ from chatcodec.tools import Toolbox
 
 from .conftest import Server, chatcodec_serve
 
-MCP_SERVER = Path(__file__).resolve().parents[1] / "tools" / "mcp_server.py"
+ROOT = Path(__file__).resolve().parents[2]
+MCP_SERVER = ROOT / "tests" / "tools" / "mcp_server.py"
+GUIDE = ROOT / "docs" / "guide" / "mcp.md"
 MODEL = "SmolLM2-135M-Instruct"
 ADD = {"type": "mcp", "server_label": "probe", "allowed_tools": ["add"], "require_approval": "never"}
 
 
-def _config(path: Path) -> Path:
-    """A ``{"mcpServers": ...}`` file with the test MCP server labelled probe."""
-    entry = {"command": sys.executable, "args": [str(MCP_SERVER), "--name=probe"]}
-    path.write_text(json.dumps({"mcpServers": {"probe": entry}}), encoding="utf-8")
+def _guide(fence: str) -> str:
+    """The one block of docs/guide/mcp.md in ``fence``."""
+    (block,) = re.findall(f"```{re.escape(fence)}\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return str(block)
+
+
+def _config(path: Path, guide: bool = False) -> Path:
+    """A ``{"mcpServers": ...}`` file with the test MCP server labelled probe (and the guide's own servers, run
+    from the repository's root with this Python)."""
+    servers = {"probe": {"command": sys.executable, "args": [str(MCP_SERVER), "--name=probe"]}}
+    if guide:
+        for label, entry in json.loads(_guide("json"))["mcpServers"].items():
+            servers[label] = {**entry, "command": sys.executable, "cwd": str(ROOT)}
+    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
     return path
 
 
@@ -80,7 +94,9 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
 
 
 @pytest.mark.parametrize(("tool", "param", "words"), BAD)
-def test_bad_mcp_tools_are_400s_naming_the_field(toolbox: Toolbox, tool: dict[str, Any], param: str, words: str) -> None:
+def test_bad_mcp_tools_are_400s_naming_the_field(
+    toolbox: Toolbox, tool: dict[str, Any], param: str, words: str
+) -> None:
     with pytest.raises(APIError) as caught:
         parse_responses({"model": MODEL, "input": "Hi", "tools": [tool]}, hosted=HostedTools(toolbox))
     assert (caught.value.status, caught.value.param) == (400, param) and words in caught.value.message
@@ -180,7 +196,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = chatcodec_serve(
         tmp,
         "--mcp-config",
-        str(_config(tmp / "mcp.json")),
+        str(_config(tmp / "mcp.json", guide=True)),
         "--mcp-rounds",
         "2",
         "--responses-store",
@@ -223,22 +239,43 @@ def _mcp_children(server: Server) -> list[int]:
     ]
 
 
-def test_a_forced_mcp_call_runs_the_tool_and_the_model_answers(served: Server) -> None:
+def _temperature() -> Any:
+    """examples/temperature.py, whose functions are the tools of the guide's MCP server."""
+    spec = importlib.util.spec_from_file_location("temperature_example", ROOT / "examples" / "temperature.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_guides_client_runs_a_forced_mcp_call_and_the_model_answers(
+    served: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/guide/mcp.md's client, as it stands, against the server started with the guide's configuration."""
     before = _mcp_children(served)
-    response = _client(served).responses.create(**_request())
-    assert len(before) == 1 and _mcp_children(served) == before  # the session opened at start serves the calls
+    space: dict[str, Any] = {"__name__": "client"}
+    exec(
+        compile(_guide('python title="client.py"').replace("http://127.0.0.1:8000", served.url), "client", "exec"),
+        space,
+    )
+    response = space["response"]
+    assert len(before) == 2 and _mcp_children(served) == before  # the sessions opened at start serve the calls
     kinds = [item.type for item in response.output]
     assert kinds[:2] == ["mcp_list_tools", "mcp_call"] and kinds[-1] == "message", kinds
     listing, call = response.output[0], response.output[1]
-    assert listing.type == "mcp_list_tools" and [t.name for t in listing.tools] == ["add"]
-    assert call.type == "mcp_call" and (call.server_label, call.name, call.status) == ("probe", "add", "completed")
-    arguments = json.loads(call.arguments)
-    assert call.error is None and json.loads(call.output or "") == {"sum": arguments["a"] + arguments["b"]}
-    assert response.output_text.strip()
-    assert response.usage is not None and response.usage.output_tokens > len(call.arguments) // 8
-    # the stored conversation holds the call and its result: the next request continues after them
-    stored = _client(served).responses.retrieve(response.id)
-    assert [item.type for item in stored.output] == kinds
+    assert [t.name for t in listing.tools] == ["get_current_temperature"] and listing.server_label == "temperature"
+    assert (call.server_label, call.name, call.status, call.error) == (
+        "temperature",
+        "get_current_temperature",
+        "completed",
+        None,
+    )
+    returned = _temperature().get_current_temperature(**json.loads(call.arguments))
+    assert json.loads(call.output) in (returned, {"result": returned})  # what the function behind the tool gives
+    assert response.output_text.strip() and capsys.readouterr().out.endswith(response.output_text + "\n")
+    assert response.usage.output_tokens > 0 and response.usage.input_tokens > 0
+    # the stored response is the same answer, its conversation holding the call and its result
+    assert [item.type for item in _client(served).responses.retrieve(response.id).output] == kinds
 
 
 def test_a_streamed_mcp_call_gives_its_events_in_order(served: Server) -> None:
@@ -283,11 +320,11 @@ def test_the_mcp_server_runs_as_long_as_the_server(served: Server) -> None:
     """Last in this module: it stops the module's server. The MCP session was opened once, at start (one child, the
     same before and after the requests), and closes with the server: no child is left."""
     children = _mcp_children(served)
-    assert len(children) == 1
+    assert len(children) == 2
     served.stop()
     assert served.process.returncode in (0, -15)  # uvicorn ends by raising the SIGTERM it was stopped with again
     deadline = time.monotonic() + 20
-    while Path(f"/proc/{children[0]}").exists() and time.monotonic() < deadline:
+    while any(Path(f"/proc/{child}").exists() for child in children) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not Path(f"/proc/{children[0]}").exists()
+    assert [child for child in children if Path(f"/proc/{child}").exists()] == []
     assert "MCP server 'probe': echo, add, fail" in served.log.read_text(errors="replace")
