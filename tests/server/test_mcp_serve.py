@@ -232,11 +232,13 @@ def _children(pid: int) -> list[int]:
 
 
 def _mcp_children(server: Server) -> list[int]:
-    return [
-        child
-        for child in _children(server.process.pid)
-        if str(MCP_SERVER) in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace")
-    ]
+    """The server's MCP children: the test server and the guide's (examples/temperature_mcp.py)."""
+    found = []
+    for child in _children(server.process.pid):
+        line = Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace")
+        if str(MCP_SERVER) in line or "examples/temperature_mcp.py" in line:
+            found.append(child)
+    return found
 
 
 def _temperature() -> Any:
@@ -310,7 +312,9 @@ def test_a_streamed_mcp_call_gives_its_events_in_order(served: Server) -> None:
 
 def test_bad_mcp_tools_over_http_are_400s(served: Server) -> None:
     sdk = _client(served)
-    with pytest.raises(openai.BadRequestError, match="'elsewhere' is not an MCP server of this server \\('probe'\\)"):
+    with pytest.raises(
+        openai.BadRequestError, match="'elsewhere' is not an MCP server of this server \\('probe', 'temperature'\\)"
+    ):
         sdk.responses.create(model=MODEL, input="Hi", tools=[{"type": "mcp", "server_label": "elsewhere"}])
     with pytest.raises(openai.BadRequestError, match="does not support approvals"):
         sdk.responses.create(model=MODEL, input="Hi", tools=[{**ADD, "require_approval": "always"}])  # type: ignore[list-item]
