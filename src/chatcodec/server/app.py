@@ -293,6 +293,9 @@ def create_app(
         except BackendError as exc:
             service.overhead.errors += 1
             yield events.error(_backend_error(exc))
+        except APIError as exc:  # a later round's conversation that the template refuses
+            service.overhead.errors += 1
+            yield events.error(exc)
 
     async def answer_events(
         req: openresponses.ResponsesRequest,
