@@ -260,6 +260,7 @@ def test_the_guides_client_runs_a_forced_mcp_call_and_the_model_answers(
         compile(_guide('python title="client.py"').replace("http://127.0.0.1:8000", served.url), "client", "exec"),
         space,
     )
+    space["client"].close()  # its connections, before the next test's warnings are errors
     response = space["response"]
     assert len(before) == 2 and _mcp_children(served) == before  # the sessions opened at start serve the calls
     kinds = [item.type for item in response.output]
@@ -277,11 +278,13 @@ def test_the_guides_client_runs_a_forced_mcp_call_and_the_model_answers(
     assert response.output_text.strip() and capsys.readouterr().out.endswith(response.output_text + "\n")
     assert response.usage.output_tokens > 0 and response.usage.input_tokens > 0
     # the stored response is the same answer, its conversation holding the call and its result
-    assert [item.type for item in _client(served).responses.retrieve(response.id).output] == kinds
+    with _client(served) as sdk:
+        assert [item.type for item in sdk.responses.retrieve(response.id).output] == kinds
 
 
 def test_a_streamed_mcp_call_gives_its_events_in_order(served: Server) -> None:
-    events = list(_client(served).responses.create(**_request(stream=True)))
+    with _client(served) as sdk:
+        events = list(sdk.responses.create(**_request(stream=True)))
     assert [e.sequence_number for e in events] == list(range(len(events)))
     kinds = [e.type for e in events if not e.type.endswith(".delta")]
     at = kinds.index("response.mcp_call.in_progress")
@@ -311,13 +314,12 @@ def test_a_streamed_mcp_call_gives_its_events_in_order(served: Server) -> None:
 
 
 def test_bad_mcp_tools_over_http_are_400s(served: Server) -> None:
-    sdk = _client(served)
-    with pytest.raises(
-        openai.BadRequestError, match="'elsewhere' is not an MCP server of this server \\('probe', 'temperature'\\)"
-    ):
-        sdk.responses.create(model=MODEL, input="Hi", tools=[{"type": "mcp", "server_label": "elsewhere"}])
-    with pytest.raises(openai.BadRequestError, match="does not support approvals"):
-        sdk.responses.create(model=MODEL, input="Hi", tools=[{**ADD, "require_approval": "always"}])  # type: ignore[list-item]
+    elsewhere = "'elsewhere' is not an MCP server of this server \\('probe', 'temperature'\\)"
+    with _client(served) as sdk:
+        with pytest.raises(openai.BadRequestError, match=elsewhere):
+            sdk.responses.create(model=MODEL, input="Hi", tools=[{"type": "mcp", "server_label": "elsewhere"}])
+        with pytest.raises(openai.BadRequestError, match="does not support approvals"):
+            sdk.responses.create(model=MODEL, input="Hi", tools=[{**ADD, "require_approval": "always"}])  # type: ignore[list-item]
 
 
 def test_the_mcp_server_runs_as_long_as_the_server(served: Server) -> None:
