@@ -115,6 +115,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="at most N bytes of stored responses' JSON, the oldest out first (default: 256 MiB)",
     )
+    parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help='MCP servers whose tools /v1/responses requests may use as {"type": "mcp", "server_label": LABEL}'
+        ' tools, the server running the calls: a JSON file {"mcpServers": {LABEL: {"command", "args", "env",'
+        ' "cwd"} or {"url", "headers"}}}; started once, before serving, and stopped with the server',
+    )
+    parser.add_argument(
+        "--mcp-timeout",
+        type=common.positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="--mcp-config: the longest an MCP tool call may take; past it the model reads that it timed out"
+        " (default: 30)",
+    )
+    parser.add_argument(
+        "--mcp-rounds",
+        type=common.positive_int,
+        metavar="N",
+        help="--mcp-config: how many times one request's model is asked at most, its MCP calls run between; the"
+        ' last time with tool_choice "none", so that it answers (default: 4)',
+    )
     common.add_limit_options(parser)
     parser.add_argument(
         "--quiet", action="store_true", help="no request lines (by default one per request on stderr: method, path,"
@@ -141,12 +163,26 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
     listening = _listen(args.host, args.port)  # a port already taken is one line, before anything loads
     try:
-        return _serve(args, listening)
+        with _toolbox(args) as toolbox:  # the MCP sessions live as long as the server (whose shutdown closes them)
+            return _serve(args, listening, toolbox)
     finally:
         listening.close()
 
 
-def _serve(args: argparse.Namespace, listening: socket.socket) -> int:
+def _toolbox(args: argparse.Namespace) -> Any:
+    """The MCP servers of ``--mcp-config``, started (a toolbox with none when it is not given)."""
+    from ..tools import Toolbox
+
+    if args.mcp_config is None:
+        return Toolbox()
+    print("chatcodec: starting the MCP servers ...", file=sys.stderr, flush=True)
+    toolbox = Toolbox.from_mcp_config(args.mcp_config, timeout=args.mcp_timeout)
+    for label, tools in toolbox.mcp_servers.items():
+        print(f"chatcodec: MCP server {label!r}: {', '.join(tools) or 'no tools'}", file=sys.stderr, flush=True)
+    return toolbox
+
+
+def _serve(args: argparse.Namespace, listening: socket.socket, toolbox: Any = None) -> int:
     import uvicorn
 
     from ..backends import Backend, LlamaBackend, RemoteBackend
@@ -187,6 +223,8 @@ def _serve(args: argparse.Namespace, listening: socket.socket) -> int:
         aliases=names[1:],
         default_max_tokens=args.max_tokens_default,
         store=_store(args),
+        toolbox=toolbox,
+        **({"mcp_rounds": args.mcp_rounds} if args.mcp_rounds is not None else {}),
     )
     common.flush_notes()
     port = listening.getsockname()[1]

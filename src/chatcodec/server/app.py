@@ -34,11 +34,14 @@ from .chat import ASK_TOKEN_IDS, ChatService, Generated, Outcome, Plan
 from .dialects import messages as anthropic
 from .dialects import responses as openresponses
 from .errors import APIError, json_bytes
-from .protocol import parse_chat, parse_completion
+from .hosted import ROUNDS, HostedCall, HostedRun, HostedTools
+from .protocol import ChatRequest, parse_chat, parse_completion
 from .store import ResponseStore
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
+
+    from ..tools import Toolbox
 
 __all__ = ["create_app"]
 
@@ -143,6 +146,8 @@ def create_app(
     tokenizer: Tokenizer | TextTokenizer | None = None,
     aliases: Sequence[str] = (),
     store: ResponseStore | None = None,
+    toolbox: Toolbox | None = None,
+    mcp_rounds: int = ROUNDS,
 ) -> Starlette:
     """The server for ``backend`` with ``template`` (serve it with uvicorn).
 
@@ -151,7 +156,10 @@ def create_app(
     token. Without one, prompts go to the backend as text. A request's ``model`` must be ``model`` (default: the
     backend's id) or one of ``aliases``. ``store`` keeps the Responses API's stored responses (None: none are
     kept, and ``previous_response_id`` finds nothing). A request body may hold ``max_body`` bytes and must
-    arrive within ``body_timeout`` seconds (then 408).
+    arrive within ``body_timeout`` seconds (then 408). ``toolbox`` holds the MCP servers that ``/v1/responses``
+    requests may name as ``{"type": "mcp", "server_label": ...}`` tools, whose calls the server runs itself
+    (:mod:`chatcodec.server.hosted`), asking the model at most ``mcp_rounds`` times per request; it stays open
+    while the app serves, and the app closes it when it shuts down (its MCP servers' children exit).
 
     Each request is logged in one line on the ``chatcodec.access`` logger (:mod:`chatcodec.server.access`).
     """
@@ -170,6 +178,7 @@ def create_app(
         codec=codec,
         aliases=aliases,
     )
+    hosted = HostedTools(toolbox) if toolbox is not None and toolbox.mcp_servers else None
 
     # Two pools, so that one kind of work cannot starve the other: chats are planned on one, tokenize and
     # detokenize requests worked on the other; past their threads, requests wait their turn in their own queue.
@@ -243,16 +252,22 @@ def create_app(
 
     def plan_responses(data: bytearray) -> tuple[openresponses.ResponsesRequest, Plan]:
         started = time.thread_time()
-        req = openresponses.parse_responses(_json(data), store.get if store is not None else None)
+        req = openresponses.parse_responses(_json(data), store.get if store is not None else None, hosted)
         service.check_model(req.chat.model)
         plan = service.plan(req.chat, constrain=False)
         plan.setup = time.thread_time() - started
         return req, plan
 
-    async def keep(req: openresponses.ResponsesRequest, answer: dict[str, Any], outcome: Outcome) -> None:
+    async def keep(
+        req: openresponses.ResponsesRequest, answer: dict[str, Any], outcome: Outcome, run: HostedRun | None = None
+    ) -> None:
         if store is not None and req.store:
-            put = functools.partial(store.put, answer["id"], answer, openresponses.conversation(req, outcome))
-            await off_the_loop(put)
+            messages = [*req.history, *run.messages] if run is not None else openresponses.conversation(req, outcome)
+            await off_the_loop(functools.partial(store.put, answer["id"], answer, messages))
+
+    async def replan(chat: ChatRequest) -> Plan:
+        """A later round's plan (the conversation with the hosted calls' results), off the event loop."""
+        return await off_the_loop(functools.partial(service.plan, chat))
 
     async def responses(request: Request) -> Response:
         data = await _read_body(request, max_body)
@@ -265,6 +280,11 @@ def create_app(
             return StreamingResponse(events, media_type="text/event-stream", headers=_headers(plan))
 
         async def whole() -> dict[str, Any]:
+            if req.mcp:  # the rounds' items in order, as the stream gives them
+                events = openresponses.EventStream(req, rid, name)
+                async for _ in answer_events(req, events, plan, gen, first):
+                    pass
+                return events.response
             outcome = await _outcome(service.run(plan, gen, first))
             answer = openresponses.response_object(req, outcome, rid, int(time.time()), name)
             await keep(req, answer, outcome)
@@ -279,18 +299,42 @@ def create_app(
         for event in events.start():
             yield event
         try:
-            async for piece in service.run(plan, gen, first):
-                if isinstance(piece, Outcome):
-                    for event in events.finish(piece):
-                        yield event
-                    await keep(req, events.response, piece)
-                    yield events.closing()
-                else:
-                    for event in events.feed(piece):
-                        yield event
+            async for event in answer_events(req, events, plan, gen, first):
+                yield event
         except BackendError as exc:
             service.overhead.errors += 1
             yield events.error(_backend_error(exc))
+        except APIError as exc:  # a later round's conversation that the template refuses
+            service.overhead.errors += 1
+            yield events.error(exc)
+
+    async def answer_events(
+        req: openresponses.ResponsesRequest,
+        events: openresponses.EventStream,
+        plan: Plan,
+        gen: Any,
+        first: Chunk | None,
+    ) -> AsyncIterator[bytes]:
+        """The answer's events after the opening ones: with ``mcp`` tools, the servers' listings and every round's
+        items (the hosted calls' among them); backend failures raise."""
+        run = None
+        if req.mcp and hosted is not None:
+            allowed = [name for tool in req.mcp for name in tool.tools]
+            run = HostedRun(service, hosted, allowed, plan, gen, first, replan, mcp_rounds)
+        for event in events.listed(req.mcp):
+            yield event
+        async for piece in run if run is not None else service.run(plan, gen, first):
+            if isinstance(piece, Outcome):
+                for event in events.finish(piece):
+                    yield event
+                await keep(req, events.response, piece, run)
+                yield events.closing()
+            elif isinstance(piece, HostedCall):
+                for event in events.hosted(piece):
+                    yield event
+            else:
+                for event in events.feed(piece):
+                    yield event
 
     async def stored_response(request: Request) -> Response:
         rid = request.path_params["rid"]
@@ -533,6 +577,8 @@ def create_app(
             except BackendError as exc:  # not up yet: each request says so (502) until it is
                 log.warning("%s", exc)
         yield
+        if toolbox is not None:  # before uvicorn raises a stopping signal again, which would end the process
+            await toolbox.aclose()
         await backend.aclose()
         planners.shutdown(wait=False, cancel_futures=True)
         grammars.shutdown(wait=False, cancel_futures=True)

@@ -142,6 +142,22 @@ class Outcome:
     #: the prompt's first tokens the engine kept from its last evaluation (0: none, or the backend does not say)
     cached_tokens: int = 0
 
+    def message(self) -> dict[str, Any]:
+        """The answer as the assistant's chat message (the calls' arguments parsed), for a conversation that goes on."""
+        turn: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning:
+            turn["reasoning_content"] = self.reasoning
+        if self.calls:
+            turn["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.loads(c["arguments"])},
+                }
+                for c in self.calls
+            ]
+        return turn
+
 
 class ChatService:
     """Chat completions over ``backend`` with ``template``.

@@ -287,6 +287,8 @@ class _Tool:
     is_async: bool
     #: the MCP server that runs this tool (``function`` then returns a concurrent Future); None for Python
     server: Any = None
+    #: the tool as that server lists it (``name``, ``description``, ``parameters``)
+    listed: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -558,6 +560,16 @@ class Toolbox:
     def functions(self) -> list[JsonSchema]:
         """The legacy ``functions`` list (Qwen-Agent's form): ``[{"name", "description", "parameters"}, ...]``."""
         return [tool["function"] for tool in self.tools]
+
+    @property
+    def mcp_servers(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """The MCP servers' tools by server label: the name the model sees each under, to the tool as its server
+        lists it (``name``, ``description``, ``parameters``)."""
+        servers: dict[str, dict[str, dict[str, Any]]] = {server.label: {} for server in self._servers}
+        for name, tool in self._tools.items():
+            if tool.server is not None and tool.listed is not None:
+                servers[tool.server.label][name] = json.loads(json.dumps(tool.listed))
+        return servers
 
     # --- calling ----------------------------------------------------------------------------------
 
@@ -1103,7 +1115,7 @@ def _mcp_tool(
     def call(**arguments: Any) -> concurrent.futures.Future[Any]:
         return submit(server, original, arguments)
 
-    return _Tool(name, call, schema, validator, {}, None, is_async=True, server=server)
+    return _Tool(name, call, schema, validator, {}, None, is_async=True, server=server, listed=listed)
 
 
 class _Unusable:

@@ -17,17 +17,18 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...decoders import Delta
 from ..chat import Outcome
 from ..errors import APIError
+from ..hosted import HostedCall, HostedTools
 from ..protocol import ChatRequest, _check_schema, _type_name, parse_chat
 from ..store import Stored
 
-__all__ = ["EventStream", "ResponsesRequest", "conversation", "parse_responses", "response_object"]
+__all__ = ["EventStream", "MCPTool", "ResponsesRequest", "conversation", "parse_responses", "response_object"]
 
 #: the request's fields: those read, and those accepted with the one value this server honours
 _KNOWN = frozenset(
@@ -76,11 +77,25 @@ class ResponsesRequest:
     echo: dict[str, Any] = field(default_factory=dict)
     store: bool = True
     previous_response_id: str | None = None
+    #: the request's ``{"type": "mcp"}`` tools, which the server runs itself
+    mcp: list[MCPTool] = field(default_factory=list)
 
 
-def parse_responses(body: Any, load: Callable[[str], Stored | None] | None = None) -> ResponsesRequest:
+@dataclass(frozen=True, slots=True)
+class MCPTool:
+    """A request's ``{"type": "mcp"}`` tool: the label of one of the server's MCP servers, and the tools of it the
+    model may call (the name it sees each under, to the tool as its server lists it)."""
+
+    server_label: str
+    tools: dict[str, dict[str, Any]]
+
+
+def parse_responses(
+    body: Any, load: Callable[[str], Stored | None] | None = None, hosted: HostedTools | None = None
+) -> ResponsesRequest:
     """Read a ``/v1/responses`` body; ``load`` finds a stored response for ``previous_response_id`` (a 404 when it
-    gives None; without ``load`` the request may not continue one). Raises :class:`APIError` naming the field."""
+    gives None; without ``load`` the request may not continue one); ``hosted`` are the MCP servers that ``mcp``
+    tools may name (without them, none may). Raises :class:`APIError` naming the field."""
     if not isinstance(body, dict):
         raise _fail("body", f"The request body must be a JSON object, not {_type_name(body)}.")
     unknown = sorted(set(body) - _KNOWN)
@@ -108,7 +123,7 @@ def parse_responses(body: Any, load: Callable[[str], Stored | None] | None = Non
     if instructions is not None and not isinstance(instructions, str):
         raise _fail("instructions", f"instructions must be a string, not {_type_name(instructions)}.")
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + history
-    tools = _tools(body.get("tools"))
+    tools, mcp = _tools(body.get("tools"), hosted)
     chat: dict[str, Any] = {"messages": messages}
     for key in ("temperature", "top_p", "stream", "parallel_tool_calls", "seed", "model"):
         if key in body:
@@ -155,7 +170,7 @@ def parse_responses(body: Any, load: Callable[[str], Stored | None] | None = Non
         "store": store,
         "previous_response_id": previous,
     }
-    return ResponsesRequest(req, history, echo, store, previous)
+    return ResponsesRequest(req, history, echo, store, previous, mcp)
 
 
 def _replace(req: ChatRequest, **changes: Any) -> ChatRequest:
@@ -319,22 +334,87 @@ def _call_name(messages: list[dict[str, Any]], call_id: str) -> str | None:
     return None
 
 
-def _tools(value: Any) -> list[dict[str, Any]]:
+def _tools(value: Any, hosted: HostedTools | None) -> tuple[list[dict[str, Any]], list[MCPTool]]:
+    """The function tools (with those of the ``mcp`` tools' servers), and the ``mcp`` tools."""
     if value is None:
-        return []
+        return [], []
     if not isinstance(value, list):
         raise _fail("tools", f"tools must be a list, not {_type_name(value)}.")
-    out = []
+    out: list[dict[str, Any]] = []
+    mcp: list[MCPTool] = []
     for i, raw in enumerate(value):
         where = f"tools[{i}]"
         tool = _object(raw, where)
+        if tool.get("type") == "mcp":
+            mcp.append(_mcp_tool(tool, where, hosted))
+            continue
         if tool.get("type") != "function":
-            raise _fail(f"{where}.type", f"{where}.type must be 'function' (this server runs no hosted tools).")
+            raise _fail(
+                f"{where}.type", f"{where}.type must be 'function' or 'mcp' (this server runs no other hosted tools)."
+            )
         fn = {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k) is not None}
         if "parameters" in fn:
             _check_schema(fn["parameters"], f"{where}.parameters")
         out.append({"type": "function", "function": fn})
-    return out
+    labels = [m.server_label for m in mcp]
+    twice = next((label for label in labels if labels.count(label) > 1), None)
+    if twice is not None:
+        raise _fail("tools", f"tools names the MCP server {twice!r} twice: give it once, with all its allowed_tools.")
+    functions = {tool["function"].get("name") for tool in out}
+    for m in mcp:
+        clash = next((name for name in m.tools if name in functions), None)
+        if clash is not None:
+            raise _fail(
+                "tools", f"tools has a function named {clash!r}, as a tool of the MCP server {m.server_label!r}."
+            )
+        out += [{"type": "function", "function": {**listed, "name": name}} for name, listed in m.tools.items()]
+    return out, mcp
+
+
+#: the fields of an ``mcp`` tool this server reads (it runs only the MCP servers it was started with)
+_MCP_FIELDS = frozenset({"type", "server_label", "allowed_tools", "require_approval", "server_description"})
+
+
+def _mcp_tool(tool: dict[str, Any], where: str, hosted: HostedTools | None) -> MCPTool:
+    """An ``mcp`` tool, checked against the server's MCP servers (``chatcodec serve --mcp-config``)."""
+    label = tool.get("server_label")
+    if not isinstance(label, str) or not label:
+        raise _fail(f"{where}.server_label", f"{where}.server_label must name one of this server's MCP servers.")
+    servers = hosted.servers if hosted is not None else {}
+    if label not in servers:
+        known = ", ".join(map(repr, servers)) or "none: start it with --mcp-config FILE"
+        raise _fail(
+            f"{where}.server_label", f"{where}.server_label {label!r} is not an MCP server of this server ({known})."
+        )
+    unknown = sorted(set(tool) - _MCP_FIELDS)
+    if unknown:
+        raise _fail(
+            f"{where}.{unknown[0]}",
+            f"{where}.{unknown[0]} is not taken: this server runs the MCP servers it was started with, as configured.",
+        )
+    approval = tool.get("require_approval", "never")
+    if approval != "never":
+        raise _fail(
+            f"{where}.require_approval",
+            f"{where}.require_approval must be 'never': this server does not support approvals, not {approval!r}.",
+        )
+    allowed = tool.get("allowed_tools")
+    if isinstance(allowed, dict):
+        if set(allowed) - {"tool_names"}:
+            raise _fail(f"{where}.allowed_tools", f"{where}.allowed_tools takes a list of names or tool_names only.")
+        allowed = allowed.get("tool_names")
+    if allowed is not None and (not isinstance(allowed, list) or not all(isinstance(n, str) for n in allowed)):
+        raise _fail(f"{where}.allowed_tools", f"{where}.allowed_tools must be a list of tool names.")
+    assert hosted is not None
+    own = [listed["name"] for listed in servers[label].values()]
+    missing = [name for name in allowed or () if name not in own]
+    if missing:
+        raise _fail(
+            f"{where}.allowed_tools",
+            f"{where}.allowed_tools names {missing[0]!r}, which the MCP server {label!r} does not have"
+            f" (its tools: {', '.join(own) or 'none'}).",
+        )
+    return MCPTool(label, hosted.chosen(label, allowed))
 
 
 def _tool_choice(value: Any) -> Any:
@@ -424,6 +504,36 @@ def _call_item(call: Mapping[str, Any], item_id: str | None = None, status: str 
     }
 
 
+def _mcp_call_item(call: HostedCall, item_id: str) -> dict[str, Any]:
+    """An ``mcp_call`` item: ``in_progress`` while it runs, then ``completed`` with its output or ``failed`` with the
+    error (as the tool's execution error, whose content is the reason in text)."""
+    status = "in_progress" if call.status == "calling" else call.status
+    error = None
+    if call.error is not None:
+        error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": call.error}]}
+    return {
+        "type": "mcp_call",
+        "id": item_id,
+        "server_label": call.label,
+        "name": call.name,
+        "arguments": call.arguments,
+        "output": call.output,
+        "error": error,
+        "status": status,
+        "approval_request_id": None,
+    }
+
+
+def _listed(listed: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool of an ``mcp_list_tools`` item, from the tool as its server lists it."""
+    return {
+        "name": listed["name"],
+        "description": listed.get("description") or None,
+        "input_schema": listed.get("parameters") or {"type": "object"},
+        "annotations": None,
+    }
+
+
 def _finished(response: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
     if outcome.finish == "length":
         response["status"] = "incomplete"
@@ -447,19 +557,7 @@ def response_object(req: ResponsesRequest, outcome: Outcome, rid: str, created: 
 
 def conversation(req: ResponsesRequest, outcome: Outcome) -> list[dict[str, Any]]:
     """The conversation after this answer, as chat messages: what a stored response keeps."""
-    turn: dict[str, Any] = {"role": "assistant", "content": outcome.content}
-    if outcome.reasoning:
-        turn["reasoning_content"] = outcome.reasoning
-    if outcome.calls:
-        turn["tool_calls"] = [
-            {
-                "id": c["id"],
-                "type": "function",
-                "function": {"name": c["name"], "arguments": json.loads(c["arguments"])},
-            }
-            for c in outcome.calls
-        ]
-    return [*req.history, turn]
+    return [*req.history, outcome.message()]
 
 
 class EventStream:
@@ -473,6 +571,7 @@ class EventStream:
         self._open: dict[str, Any] | None = None  # the output item being streamed
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}  # decoder index -> its streamed item
+        self._hosted: dict[str, int] = {}  # a running hosted call's id -> its item's output index
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._seq, **fields}
@@ -610,6 +709,44 @@ class EventStream:
             )
         )
         return out
+
+    def listed(self, mcp: Sequence[MCPTool]) -> list[bytes]:
+        """An ``mcp_list_tools`` item for each ``mcp`` tool of the request: the tools its server lists that the
+        request allows (the sessions listed them when the server started)."""
+        out = self._close()
+        for tool in mcp:
+            item: dict[str, Any] = {"type": "mcp_list_tools", "id": new_id("mcpl"), "server_label": tool.server_label}
+            item.update(tools=[], error=None)
+            index = self._index()
+            out.append(self._event("response.output_item.added", output_index=index, item=item))
+            out.append(self._event("response.mcp_list_tools.in_progress", item_id=item["id"], output_index=index))
+            item = {**item, "tools": [_listed(listed) for listed in tool.tools.values()]}
+            out.append(self._event("response.mcp_list_tools.completed", item_id=item["id"], output_index=index))
+            out.append(self._event("response.output_item.done", output_index=index, item=item))
+            self.response["output"].append(item)
+        return out
+
+    def hosted(self, call: HostedCall) -> list[bytes]:
+        """The events of a hosted call: its ``mcp_call`` item added (its arguments whole) and in progress while it
+        runs; then completed or failed, and done with its output or error."""
+        if call.status == "calling":
+            out = self._close()
+            index = self._index()
+            item = _mcp_call_item(call, new_id("mcp"))
+            self._hosted[call.id] = index
+            self.response["output"].append(item)
+            out.append(self._event("response.output_item.added", output_index=index, item=item))
+            out.append(self._event("response.mcp_call.in_progress", item_id=item["id"], output_index=index))
+            arguments = {"item_id": item["id"], "output_index": index, "arguments": call.arguments}
+            out.append(self._event("response.mcp_call_arguments.done", **arguments))
+            return out
+        index = self._hosted.pop(call.id)
+        item = self.response["output"][index] = _mcp_call_item(call, self.response["output"][index]["id"])
+        kind = "response.mcp_call.completed" if call.status == "completed" else "response.mcp_call.failed"
+        return [
+            self._event(kind, item_id=item["id"], output_index=index),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
 
     def finish(self, outcome: Outcome) -> list[bytes]:
         """The last item's closing events and ``response.completed`` (or ``response.incomplete``). Calls that
