@@ -1,6 +1,6 @@
 """Write ``data/mistral_common.jsonl``: tool-call turns exactly as mistral-common's tokenizers encode them.
 
-Run from the repository root (needs ``mistral-common[sentencepiece]``, in the ``dev`` extra)::
+Run from the repository root (needs ``pip install "mistral-common[sentencepiece]>=1.13"``, which nothing else needs)::
 
     python -m tests.decoders.make_mistral_vectors
 

@@ -267,7 +267,7 @@ def create_app(
 
     async def replan(chat: ChatRequest) -> Plan:
         """A later round's plan (the conversation with the hosted calls' results), off the event loop."""
-        return await off_the_loop(functools.partial(service.plan, chat))
+        return await constrained(await off_the_loop(functools.partial(service.plan, chat, constrain=False)))
 
     async def responses(request: Request) -> Response:
         data = await _read_body(request, max_body)
@@ -382,7 +382,7 @@ def create_app(
     def count_request(data: bytearray) -> tuple[list[int] | None, str]:
         req = anthropic.parse_messages(_json(data), counting=True)
         service.check_model(req.model)
-        plan = service.plan(req)
+        plan = service.plan(req, constrain=False)  # only the prompt is counted: no grammar
         prompt = plan.generation.prompt
         return (None if isinstance(prompt, str) else list(prompt)), plan.prompt
 
