@@ -69,6 +69,8 @@ class Chunk:
     ``token_ids`` are the tokens generated since the last chunk (their text may come later, held back for a
     stop string or an unfinished UTF-8 character), all of them over a generation: the end-of-generation token
     and a stop string's too, as ``completion_tokens`` counts them. None: the backend does not report them.
+    ``stop`` is the request's stop string that ended the generation (``finish_reason`` ``"stop"``), when the
+    backend knows it; None for an end-of-generation token, or an engine that does not say which stop it met.
     """
 
     text: str
@@ -76,6 +78,7 @@ class Chunk:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     token_ids: tuple[int, ...] | None = None
+    stop: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

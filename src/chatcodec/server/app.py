@@ -369,8 +369,11 @@ def create_app(
             usage: dict[str, int] | None = None,
             ids: Sequence[int] | None = (),
             prompt: bool = False,
+            stop: str | None = None,
         ) -> dict[str, Any]:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            if finish is not None:  # vLLM's: the stop string that ended the text (None: an end token or the limit)
+                choice["stop_reason"] = stop
             if req.return_token_ids:  # vLLM's: the prompt's ids (in the first event of a stream) and the new ones
                 if prompt:
                     choice["prompt_token_ids"] = prompt_ids
@@ -389,7 +392,9 @@ def create_app(
                 chunk = first
                 try:
                     while chunk is not None:
-                        data = payload(chunk.text, chunk.finish_reason, ids=chunk.token_ids, prompt=chunk is first)
+                        data = payload(
+                            chunk.text, chunk.finish_reason, ids=chunk.token_ids, prompt=chunk is first, stop=chunk.stop
+                        )
                         yield f"data: {json.dumps(data)}\n\n".encode()
                         if chunk.finish_reason is not None:
                             if req.include_usage:
@@ -420,7 +425,8 @@ def create_app(
             finally:
                 await gen.aclose()
             finish = last.finish_reason if last is not None else "stop"
-            return payload("".join(parts), finish, _usage(last), ids=generated.all, prompt=True)
+            stop = last.stop if last is not None else None
+            return payload("".join(parts), finish, _usage(last), ids=generated.all, prompt=True, stop=stop)
 
         return JSONResponse(await _until_disconnect(request, whole()))
 

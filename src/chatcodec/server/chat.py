@@ -126,7 +126,8 @@ class Outcome:
 
     ``calls`` are the valid tool calls as ``{"id", "name", "arguments"}`` (arguments as JSON text), ``invalid``
     the others as the decoders write ``invalid_tool_calls``. ``finish`` is ``"stop"``, ``"length"`` (the token
-    limit ended generation, whatever was cut) or ``"tool_calls"``.
+    limit ended generation, whatever was cut) or ``"tool_calls"``. ``stop`` is the request's stop string that
+    ended the text, when the backend knows it (finish ``"stop"``; None for the model's own end).
     """
 
     content: str | None
@@ -136,6 +137,7 @@ class Outcome:
     finish: str
     prompt_tokens: int
     completion_tokens: int
+    stop: str | None = None
 
 
 class ChatService:
@@ -594,14 +596,16 @@ class ChatService:
             prompt_tokens = usage["prompt_tokens"]
             if not prompt_tokens and not isinstance(plan.generation.prompt, str):
                 prompt_tokens = len(plan.generation.prompt)
+            finish = _finish(last, valid)
             outcome = Outcome(
                 msg.content,
                 msg.reasoning_content,
                 calls,
                 invalid,
-                _finish(last, valid),
+                finish,
                 prompt_tokens,
                 usage["completion_tokens"],
+                last.stop if last is not None and finish == "stop" else None,
             )
             clock.pause()
             yield outcome
