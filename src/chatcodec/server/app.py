@@ -241,7 +241,8 @@ def create_app(
 
     async def keep(req: openresponses.ResponsesRequest, answer: dict[str, Any], outcome: Outcome) -> None:
         if store is not None and req.store:
-            put = functools.partial(store.put, answer["id"], answer, openresponses.conversation(req, outcome))
+            convo = openresponses.conversation(req, outcome)
+            put = functools.partial(store.put, answer["id"], answer, convo, req.items)
             await off_the_loop(put)
 
     async def responses(request: Request) -> Response:
@@ -290,6 +291,13 @@ def create_app(
         if found is None:
             raise APIError(404, f"No stored response has the id {rid!r}.", param="response_id")
         return JSONResponse(found.response)
+
+    async def stored_input_items(request: Request) -> Response:
+        rid = request.path_params["rid"]
+        found = await off_the_loop(functools.partial(store.get, rid)) if store is not None else None
+        if found is None:
+            raise APIError(404, f"No stored response has the id {rid!r}.", param="response_id")
+        return JSONResponse(openresponses.items_page(found.items, request.query_params))
 
     # --- Anthropic's Messages API ---
 
@@ -537,6 +545,7 @@ def create_app(
         Route("/v1/completions", guarded(completions), methods=["POST"]),
         Route("/v1/responses", guarded(responses), methods=["POST"]),
         Route("/v1/responses/{rid}", guarded(stored_response), methods=["GET", "DELETE"]),
+        Route("/v1/responses/{rid}/input_items", guarded(stored_input_items), methods=["GET"]),
         Route("/v1/messages", guarded(messages, _anthropic_error), methods=["POST"]),
         Route("/v1/messages/count_tokens", guarded(count_tokens, _anthropic_error), methods=["POST"]),
         Route("/tokenize", guarded(tokenize), methods=["POST"]),
