@@ -333,12 +333,12 @@ def test_sdk_text_and_max_tokens(embedded: Server) -> None:
     assert answer.content and answer.content[0].type == "text"
 
 
-def stop_sequence_checks(sdk: anthropic.Anthropic) -> None:
+def stop_sequence_checks(sdk: anthropic.Anthropic, model: str = MODEL) -> None:
     """A stop sequence taken from the model's own answer ends the next, same answer there: ``stop_sequence`` names
     it (whole, and in the stream's ``message_delta``), the text is what came before it, and one never met is not
     named. Without one, the model's own end is ``end_turn`` or the limit's ``max_tokens``, with no sequence."""
     ask: dict[str, Any] = {
-        "model": MODEL,
+        "model": model,
         "max_tokens": 24,
         "messages": [{"role": "user", "content": "Name five colours of the rainbow."}],
         "extra_body": {"temperature": 0},

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -506,7 +507,7 @@ def create_app(
         return Response(status_code=200)
 
     async def stats(request: Request) -> Response:
-        summary = service.overhead.summary()
+        summary = {"pid": os.getpid(), **service.overhead.summary()}  # which worker answered (serve --workers)
         backend_stats = getattr(backend, "stats", None)
         if callable(backend_stats):
             summary["backend"] = backend_stats()
