@@ -19,8 +19,17 @@
    Zero errors is then the server's doing, not the clients' patience: the figures to read are the
    throughput and the latency a queued client sees.
 
-    python bench/bench_serve.py                  # both (about 6 minutes on a quiet 2-core machine)
+3. **Dialects.** 64 concurrent streams in each dialect (chat completions, Responses, Messages: the same
+   prompt and token cap) against a gateway with 1 and then 2 workers (``--workers``) in front of a remote
+   engine, a stand-in that streams a fixed answer like vLLM (a model on 2 shared cores answers a 64-stream
+   wave in minutes, and the run measures the gateway): errors, requests/s, the gateway's CPU time per request
+   at p50 and p99 as ``/stats`` measures it (the worst of the workers), and the gateway processes' whole
+   CPU time (``/proc``: HTTP, JSON, the dialect's events too) per request; each dialect against chat's.
+   Only this part: ``--dialects-only`` (``--streams``, ``--rounds``).
+
+    python bench/bench_serve.py                  # 1 and 2 (about 6 minutes on a quiet 2-core machine)
     python bench/bench_serve.py --rates-only     # or --load-only; --seconds/--clients to change the load
+    python bench/bench_serve.py --dialects-only  # 3 (about 2 minutes)
 
 Servers listen on 127.0.0.1 only and are stopped at the end. Exit status 1 if the load test saw an error.
 """
@@ -208,6 +217,15 @@ def rates(tmp: Path, seeds: int) -> None:
 # --- 2. load ----------------------------------------------------------------------------------------------
 
 
+async def refused(response: httpx.Response, out: dict[str, Any], label: str = "") -> bool:
+    """Whether the answer is not a 200 (then noted in ``out["errors"]``, its body read)."""
+    if response.status_code == 200:
+        return False
+    out["errors"].append(f"{label}status {response.status_code}")
+    await response.aread()
+    return True
+
+
 async def client_loop(http: httpx.AsyncClient, url: str, until: float, out: dict[str, Any], i: int) -> None:
     n = 0
     while time.monotonic() < until:
@@ -221,9 +239,7 @@ async def client_loop(http: httpx.AsyncClient, url: str, until: float, out: dict
         started = time.perf_counter()
         try:
             async with http.stream("POST", url + "/v1/chat/completions", json=body) as response:
-                if response.status_code != 200:
-                    out["errors"].append(f"status {response.status_code}")
-                    await response.aread()
+                if await refused(response, out):
                     continue
                 done = False
                 async for line in response.aiter_lines():
@@ -286,6 +302,182 @@ def load(tmp: Path, clients: int, seconds: float) -> bool:
     return not out["errors"]
 
 
+# --- 3. dialects, in front of a remote engine, with 1 and 2 workers ----------------------------------------
+
+#: the same prompt and token cap in every dialect's body
+DIALECT_TOKENS = 8
+
+
+def dialect_body(dialect: str, model: str, i: int) -> tuple[str, dict[str, Any]]:
+    """The path and streaming body of request ``i`` in ``dialect``: the same prompt and cap in each."""
+    text = f"Give me one fact about the number {i}."
+    if dialect == "chat":
+        body = {"messages": [{"role": "user", "content": text}], "max_tokens": DIALECT_TOKENS}
+        return "/v1/chat/completions", {**body, "model": model, "stream": True}
+    if dialect == "responses":
+        body = {"input": text, "max_output_tokens": DIALECT_TOKENS, "store": False}
+        return "/v1/responses", {**body, "model": model, "stream": True}
+    body = {"messages": [{"role": "user", "content": text}], "max_tokens": DIALECT_TOKENS}
+    return "/v1/messages", {**body, "model": model, "stream": True}
+
+
+def _stream_ended(dialect: str, line: str) -> bool:
+    """Whether ``line`` is the last event of a stream that went well, in ``dialect``."""
+    if dialect == "responses":
+        return '"response.completed"' in line or '"response.incomplete"' in line
+    return line.startswith("event: message_stop") or line == "data: [DONE]"
+
+
+async def dialect_stream(
+    http: httpx.AsyncClient, url: str, dialect: str, model: str, i: int, out: dict[str, Any]
+) -> None:
+    path, body = dialect_body(dialect, model, i)
+    try:
+        async with http.stream("POST", url + path, json=body) as response:
+            if await refused(response, out, f"{dialect} "):
+                return
+            ended = False
+            async for line in response.aiter_lines():
+                if '"error"' in line[:40] or line.startswith("event: error"):
+                    out["errors"].append(line[:200])
+                ended = ended or _stream_ended(dialect, line)
+            if not ended:
+                out["errors"].append(f"{dialect}: the stream ended without its last event")
+            else:
+                out["done"] += 1
+    except httpx.HTTPError as exc:
+        out["errors"].append(f"{type(exc).__name__}: {exc}")
+
+
+async def dialect_waves(url: str, dialect: str, model: str, streams: int, rounds: int, out: dict[str, Any]) -> None:
+    """``rounds`` waves of ``streams`` concurrent streams, each on its own connection."""
+    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0), limits=limits) as http:
+        for r in range(rounds):
+            waves = (dialect_stream(http, url, dialect, model, r * streams + i, out) for i in range(streams))
+            await asyncio.gather(*waves)
+
+
+#: the stand-in engine's words, one per streamed token, and its pause between tokens
+STAND_IN_WORDS = ("Seven", " is", " the", " number", " of", " days", " in", " a", " week", ".")
+STAND_IN_PAUSE = 0.005
+
+
+def stand_in_engine(port: int) -> None:
+    """A vLLM-like ``/v1/completions`` that streams a fixed answer, a token every 5 ms, without a model: the
+    dialects run measures the gateway, and a real model on this machine serves a 64-stream wave in minutes."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"data": [{"id": "stand-in", "owned_by": "vllm", "max_model_len": 8192}]})
+
+    async def completions(request: Request) -> StreamingResponse:
+        body = await request.json()
+        prompt = body.get("prompt")
+        limit = min(int(body.get("max_tokens") or 16), len(STAND_IN_WORDS))
+
+        async def events() -> Any:
+            for n, word in enumerate(STAND_IN_WORDS[:limit]):
+                await asyncio.sleep(STAND_IN_PAUSE)
+                choice = {"index": 0, "text": word, "finish_reason": "length" if n == limit - 1 else None}
+                yield f"data: {json.dumps({'choices': [choice]})}\n\n"
+            usage = {"prompt_tokens": len(prompt) if isinstance(prompt, list) else 0, "completion_tokens": limit}
+            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    routes = [Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])]
+    uvicorn.run(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU time of ``pids`` so far (Linux /proc)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def worker_stats(url: str, count: int) -> dict[int, dict[str, Any]]:
+    """``GET /stats`` of each of ``count`` workers (new connections until each pid has answered)."""
+    found: dict[int, dict[str, Any]] = {}
+    for _ in range(200):
+        data = httpx.get(url + "/stats", timeout=30).json()
+        found[data["pid"]] = data
+        if len(found) == count:
+            break
+    return found
+
+
+def dialects(tmp: Path, streams: int, rounds: int) -> bool:
+    """``streams`` concurrent streams, ``rounds`` times, in each dialect, against a gateway with 1 and 2 workers in
+    front of one engine, :func:`stand_in_engine`. A gateway is started per dialect and worker count, so that its
+    /stats and its CPU time are that dialect's alone."""
+    port = free_port()
+    argv = [sys.executable, __file__, "--stand-in-engine", str(port)]
+    engine = Process(argv, f"http://127.0.0.1:{port}", "/v1/models", tmp / "engine.log")
+    rows = []
+    ok = True
+    try:
+        for count in (1, 2):
+            for dialect in ("chat", "responses", "messages"):
+                port = free_port()
+                argv = [
+                    sys.executable, "-m", "chatcodec", "serve", "--host", "127.0.0.1", "--port", str(port),
+                    "--backend", engine.url, "--template", str(gguf()), "--workers", str(count), "--quiet",
+                    "--responses-store", "none", "--backend-timeout", "900",
+                ]  # fmt: skip
+                gateway = Process(argv, f"http://127.0.0.1:{port}", "/health", tmp / f"gateway-{count}-{dialect}.log")
+                try:
+                    model = httpx.get(gateway.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+                    pids = [int(p) for p in worker_stats(gateway.url, count)] if count > 1 else [gateway.proc.pid]
+                    before = cpu_seconds(pids)
+                    out: dict[str, Any] = {"errors": [], "done": 0}
+                    started = time.monotonic()
+                    asyncio.run(dialect_waves(gateway.url, dialect, model, streams, rounds, out))
+                    elapsed = time.monotonic() - started
+                    cpu = cpu_seconds(pids) - before
+                    stats = worker_stats(gateway.url, count)
+                finally:
+                    gateway.stop()
+                p50 = max(s["overhead_ms"]["p50"] or 0 for s in stats.values())
+                p99 = max(s["overhead_ms"]["p99"] or 0 for s in stats.values())
+                served = sorted(s["overhead_ms"]["count"] for s in stats.values())
+                done = out["done"]
+                per = 1000 * cpu / max(done, 1)
+                rows.append((count, dialect, done, len(out["errors"]), done / elapsed, p50, p99, per))
+                print(
+                    f"  {count} worker(s) {dialect:9} {done} streams, {len(out['errors'])} errors,"
+                    f" {done / elapsed:.1f}/s, per request p50 {p50} ms p99 {p99} ms, process CPU {per:.2f} ms,"
+                    f" requests per worker {served}",
+                    flush=True,
+                )
+                if out["errors"]:
+                    ok = False
+                    print("    first errors:", *out["errors"][:3], sep="\n      ")
+    finally:
+        engine.stop()
+    print(
+        "\n| workers | dialect | streams | errors | requests/s | gateway CPU per request p50 | p99 | p99 / chat's"
+        " | process CPU per request | / chat's |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    )
+    chat = {row[0]: row for row in rows if row[1] == "chat"}
+    for count, dialect, done, errors, rate, p50, p99, per in rows:
+        p99_ratio = f"{p99 / chat[count][6]:.2f}" if chat[count][6] else "-"
+        cpu_ratio = f"{per / chat[count][7]:.2f}" if chat[count][7] else "-"
+        print(
+            f"| {count} | {dialect} | {done} | {errors} | {rate:.1f} | {p50} ms | {p99} ms | {p99_ratio}"
+            f" | {per:.2f} ms | {cpu_ratio} |"
+        )
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates-only", action="store_true")
@@ -293,9 +485,22 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=2, help="samples per prompt and mode (default 2)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--dialects-only",
+        action="store_true",
+        help="only the dialects run (chat, responses, messages; 1 and 2 workers)",
+    )
+    parser.add_argument("--streams", type=int, default=64, help="dialects run: concurrent streams (default 64)")
+    parser.add_argument("--rounds", type=int, default=1, help="dialects run: waves of streams per dialect (default 1)")
+    parser.add_argument("--stand-in-engine", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stand_in_engine:
+        stand_in_engine(args.stand_in_engine)
+        return 0
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
+        if args.dialects_only:
+            return 0 if dialects(Path(tmp), args.streams, args.rounds) else 1
         if not args.load_only:
             print("Schema-valid call rates, same GGUF and prompts (temperature 0.7, seeds 0..n):", flush=True)
             rates(Path(tmp), args.seeds)

@@ -333,6 +333,39 @@ def test_sdk_text_and_max_tokens(embedded: Server) -> None:
     assert answer.content and answer.content[0].type == "text"
 
 
+def stop_sequence_checks(sdk: anthropic.Anthropic, model: str = MODEL) -> None:
+    """A stop sequence taken from the model's own answer ends the next, same answer there: ``stop_sequence`` names
+    it (whole, and in the stream's ``message_delta``), the text is what came before it, and one never met is not
+    named. Without one, the model's own end is ``end_turn`` or the limit's ``max_tokens``, with no sequence."""
+    ask: dict[str, Any] = {
+        "model": model,
+        "max_tokens": 24,
+        "messages": [{"role": "user", "content": "Name five colours of the rainbow."}],
+        "extra_body": {"temperature": 0},
+    }
+    free = sdk.messages.create(**ask)
+    assert free.stop_reason in ("end_turn", "max_tokens") and free.stop_sequence is None
+    text = "".join(block.text for block in free.content if block.type == "text")
+    words = text.split()
+    assert len(words) > 3, text
+    met = words[2]
+    stops = ["§never met§", met]
+    whole = sdk.messages.create(**ask, stop_sequences=stops)
+    assert (whole.stop_reason, whole.stop_sequence) == ("stop_sequence", met)
+    cut = "".join(block.text for block in whole.content if block.type == "text")
+    assert cut == text[: text.index(met)].strip() or cut == text[: text.index(met)], (cut, text)
+    with sdk.messages.stream(**ask, stop_sequences=stops) as stream:
+        deltas = [event for event in stream if event.type == "message_delta"]
+        final = stream.get_final_message()
+    assert [(d.delta.stop_reason, d.delta.stop_sequence) for d in deltas] == [("stop_sequence", met)]
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", met)
+    assert "".join(block.text for block in final.content if block.type == "text") == cut
+
+
+def test_sdk_stop_sequences_are_named(embedded: Server) -> None:
+    stop_sequence_checks(client(embedded))
+
+
 def test_bad_requests_over_http_get_anthropics_shape(embedded: Server) -> None:
     for body, status, _param in BAD:
         response = httpx.post(embedded.url + "/v1/messages", json=body, timeout=60)

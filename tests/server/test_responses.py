@@ -398,6 +398,40 @@ def test_text_stream_and_an_incomplete_answer(served: Server) -> None:
     assert final.output_text == text and final.usage is not None and final.usage.output_tokens == 5
 
 
+def test_input_items_list_the_whole_chain(served: Server) -> None:
+    """``GET /v1/responses/{id}/input_items``: every item the response was answered from, those of the responses
+    it continues first (their output items with their ids), newest first by default, in pages."""
+    sdk = client(served)
+    first = sdk.responses.create(model=MODEL, input="Hi", instructions="Be brief.", max_output_tokens=3)
+    follow = [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Say more."}]}]
+    second = sdk.responses.create(model=MODEL, previous_response_id=first.id, input=follow, max_output_tokens=3)  # type: ignore[arg-type]
+    listed = sdk.responses.input_items.list(second.id, order="asc")
+    items = [item.model_dump(exclude_none=True) for item in listed.data]
+    assert [(i["type"], i.get("role")) for i in items] == [
+        ("message", "user"),
+        *[(o.type, getattr(o, "role", None)) for o in first.output],
+        ("message", "developer"),
+    ]
+    assert items[0]["content"] == [{"type": "input_text", "text": "Hi"}]
+    assert [i["id"] for i in items[1:-1]] == [o.id for o in first.output], "an output item keeps its id"
+    assert items[-1]["content"] == follow[0]["content"] and len({i["id"] for i in items}) == len(items)
+    raw = httpx.get(f"{served.url}/v1/responses/{second.id}/input_items", timeout=60).json()
+    assert raw["object"] == "list" and [i["id"] for i in raw["data"]] == [i["id"] for i in reversed(items)]
+    assert (raw["first_id"], raw["last_id"], raw["has_more"]) == (items[-1]["id"], items[0]["id"], False)
+    page = httpx.get(
+        f"{served.url}/v1/responses/{second.id}/input_items",
+        params={"limit": 1, "order": "asc", "after": items[0]["id"]},
+        timeout=60,
+    ).json()
+    assert [i["id"] for i in page["data"]] == [items[1]["id"]] and page["has_more"] is (len(items) > 2)
+    assert [i.id for i in sdk.responses.input_items.list(first.id).data] == [items[0]["id"]]
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.input_items.list("resp_none")
+    for query in ({"limit": 0}, {"limit": "x"}, {"order": "up"}, {"after": "msg_none"}, {"before": "x"}):
+        bad = httpx.get(f"{served.url}/v1/responses/{second.id}/input_items", params=query, timeout=60)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == next(iter(query)), bad.text
+
+
 def test_store_false_keeps_nothing_and_delete_removes(served: Server) -> None:
     sdk = client(served)
     kept = sdk.responses.create(model=MODEL, input="Hi", max_output_tokens=3)

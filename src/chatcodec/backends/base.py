@@ -72,6 +72,8 @@ class Chunk:
     ``cached_tokens`` (on the last chunk) counts the prompt's first tokens the engine kept from what it had
     evaluated before, and so did not evaluate again (OpenAI's ``prompt_tokens_details.cached_tokens``); None:
     the backend does not say.
+    ``stop`` is the request's stop string that ended the generation (``finish_reason`` ``"stop"``), when the
+    backend knows it; None for an end-of-generation token, or an engine that does not say which stop it met.
     """
 
     text: str
@@ -80,6 +82,7 @@ class Chunk:
     completion_tokens: int | None = None
     token_ids: tuple[int, ...] | None = None
     cached_tokens: int | None = None
+    stop: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

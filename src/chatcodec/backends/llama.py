@@ -344,7 +344,7 @@ class LlamaBackend:
                 pending.clear()
             llama.eval([token])
         tail = "" if stops.stopped else stops.feed(utf8.decode(b"", final=True)) + stops.finish()
-        put(Chunk(tail, finish, len(ids), produced, tuple(pending), cached))  # type: ignore[arg-type]
+        put(Chunk(tail, finish, len(ids), produced, tuple(pending), cached, stops.matched))  # type: ignore[arg-type]
 
     async def aclose(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)

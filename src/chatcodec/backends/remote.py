@@ -172,6 +172,7 @@ class RemoteBackend:
         await self.connect()
         body = self.body(request)
         finish: str | None = None
+        stop: str | None = None
         usage: Mapping[str, Any] | None = None
         events = 0
         # the generated ids, when the request asks the engine for them (return_token_ids, in extra) and every
@@ -206,13 +207,16 @@ class RemoteBackend:
                             yield Chunk(text, token_ids=ids if reported else None)
                         if choice.get("finish_reason"):
                             finish = str(choice["finish_reason"])
+                        # vLLM's (and chatcodec serve's) stop_reason: the stop string met, when one was
+                        if choice.get("stop_reason") in request.stop:
+                            stop = choice["stop_reason"]
         except httpx.TimeoutException as exc:
             raise BackendTimeoutError(f"The backend at {self.base_url} timed out ({type(exc).__name__}).") from None
         except httpx.HTTPError as exc:
             raise BackendError(f"The backend at {self.base_url} failed: {type(exc).__name__}: {exc}") from None
         if finish is None:
             raise BackendError(f"The backend at {self.base_url} ended the stream without finishing the completion.")
-        yield await self._last(request, "", finish, usage, events, () if reported else None)
+        yield await self._last(request, "", finish, usage, events, () if reported else None, stop)
 
     async def _last(
         self,
@@ -222,6 +226,7 @@ class RemoteBackend:
         usage: Mapping[str, Any] | None,
         events: int | None,
         token_ids: tuple[int, ...] | None = None,
+        stop: str | None = None,
     ) -> Chunk:
         """The final chunk, with the engine's usage. An engine that reports none in its stream
         (llama-cpp-python's server) gets the prompt counted by its own tokenize endpoint and the completion
@@ -236,7 +241,9 @@ class RemoteBackend:
                 prompt_tokens = None
         if not isinstance(completion_tokens, int):
             completion_tokens = events
-        return Chunk(text, "length" if finish == "length" else "stop", prompt_tokens, completion_tokens, token_ids)
+        if finish == "length":
+            return Chunk(text, "length", prompt_tokens, completion_tokens, token_ids)
+        return Chunk(text, "stop", prompt_tokens, completion_tokens, token_ids, stop=stop)
 
     # --- tokens ----------------------------------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 >>> stops = StopStrings(("</s>",))
 >>> stops.feed("Hello</"), stops.feed("world"), stops.stopped
 ('Hello', '</world', False)
->>> stops.feed("!</s> never seen"), stops.stopped
-('!', True)
+>>> stops.feed("!</s> never seen"), stops.stopped, stops.matched
+('!', True, '</s>')
 """
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ __all__ = ["StopStrings"]
 
 
 class StopStrings:
-    """Feeds text through, cut before the first stop string; ``stopped`` says when one was found."""
+    """Feeds text through, cut before the first stop string; ``stopped`` says when one was found, ``matched``
+    which one (the first to begin in the text)."""
 
-    __slots__ = ("_held", "_longest", "_stops", "stopped")
+    __slots__ = ("_held", "_longest", "_stops", "matched", "stopped")
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = tuple(s for s in stops if s)
         self._longest = max((len(s) for s in self._stops), default=0)
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None
 
     def feed(self, text: str) -> str:
         """The text that is safe to emit now."""
@@ -30,8 +32,9 @@ class StopStrings:
         if not self._stops:
             return text
         buf = self._held + text
-        cut = min((i for i in (buf.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, -len(s), s) for s in self._stops if (i := buf.find(s)) >= 0]
+        if found:
+            cut, _, self.matched = min(found)
             self.stopped = True
             self._held = ""
             return buf[:cut]

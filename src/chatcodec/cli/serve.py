@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -137,6 +138,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="--mcp-config: how many times one request's model is asked at most, its MCP calls run between; the"
         ' last time with tool_choice "none", so that it answers (default: 4)',
     )
+    parser.add_argument(
+        "--workers",
+        type=common.positive_int,
+        default=1,
+        metavar="N",
+        help="remote backend: N gateway processes on the one port, sharing the Responses store's file (default: 1;"
+        " the embedded model takes 1, as each process would load its own)",
+    )
     common.add_limit_options(parser)
     parser.add_argument(
         "--quiet", action="store_true", help="no request lines (by default one per request on stderr: method, path,"
@@ -161,7 +170,20 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port must be between 0 and 65535, not {args.port}.")
-    listening = _listen(args.host, args.port)  # a port already taken is one line, before anything loads
+    if args.workers > 1 and not args.backend:
+        raise InputError(
+            f"--workers {args.workers} needs --backend URL: each worker would load its own copy of the embedded"
+            " model; serve it with one worker, or serve it alone and put workers in front of it with --backend."
+        )
+    if args.workers > 1 and args.mcp_config is not None:
+        raise InputError(
+            f"--mcp-config runs its MCP servers in one process; serve it with one worker, not --workers {args.workers}."
+        )
+    if args.workers > 1 and not hasattr(os, "fork"):
+        raise InputError(f"--workers {args.workers} needs a system with fork(); serve with one worker here.")
+    # a port already taken is one line, before anything loads; workers each listen on it themselves, so that the
+    # kernel spreads connections over them (SO_REUSEPORT), while this process only holds the port
+    listening = _listen(args.host, args.port, workers=args.workers)
     try:
         with _toolbox(args) as toolbox:  # the MCP sessions live as long as the server (whose shutdown closes them)
             return _serve(args, listening, toolbox)
@@ -185,6 +207,26 @@ def _toolbox(args: argparse.Namespace) -> Any:
 def _serve(args: argparse.Namespace, listening: socket.socket, toolbox: Any = None) -> int:
     import uvicorn
 
+    from .workers import run_workers
+
+    app, model = _app(args, toolbox)
+    port = listening.getsockname()[1]
+    workers = f" ({args.workers} workers)" if args.workers > 1 else ""
+    print(f"chatcodec: serving {model} on http://{args.host}:{port}/v1{workers}", file=sys.stderr, flush=True)
+
+    def serve(sock: socket.socket) -> None:
+        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False))
+        server.run(sockets=[sock])
+
+    if args.workers > 1:
+        shared = not _REUSE_PORT  # without SO_REUSEPORT the children accept on the parent's one socket
+        return run_workers(args.workers, lambda: serve(listening if shared else _listen(args.host, port, workers=0)))
+    serve(listening)
+    return 0
+
+
+def _app(args: argparse.Namespace, toolbox: Any = None) -> tuple[Any, str]:
+    """The app the flags ask for, and the id of the model it serves."""
     from ..backends import Backend, LlamaBackend, RemoteBackend
     from ..server import create_app
 
@@ -227,18 +269,32 @@ def _serve(args: argparse.Namespace, listening: socket.socket, toolbox: Any = No
         **({"mcp_rounds": args.mcp_rounds} if args.mcp_rounds is not None else {}),
     )
     common.flush_notes()
-    port = listening.getsockname()[1]
-    print(f"chatcodec: serving {backend.info.id} on http://{args.host}:{port}/v1", file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False))
-    server.run(sockets=[listening])
-    return 0
+    return app, backend.info.id
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` for uvicorn to serve on, or one line saying why there is none."""
+#: whether several sockets may listen on one port, the kernel spreading connections over them
+_REUSE_PORT = hasattr(socket, "SO_REUSEPORT")
+
+
+def _listen(host: str, port: int, *, workers: int = 1) -> socket.socket:
+    """A socket bound to ``host:port`` for uvicorn to serve on, or one line saying why there is none. ``workers``
+    other than 1 (and SO_REUSEPORT at hand): the port may be shared, by workers that listen on it; more than 1
+    (the parent's) only holds the port, bound without listening, so that no connection waits on it."""
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        return socket.create_server((host, port), family=family)
+        if workers == 1 or not _REUSE_PORT:
+            return socket.create_server((host, port), family=family)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            if workers == 0:
+                sock.listen()
+        except BaseException:
+            sock.close()
+            raise
+        return sock
     except socket.gaierror as exc:
         raise InputError(f"--host {host}: no such address ({exc.strerror}).") from None
     except OSError as exc:

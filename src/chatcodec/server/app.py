@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -263,7 +264,7 @@ def create_app(
     ) -> None:
         if store is not None and req.store:
             messages = [*req.history, *run.messages] if run is not None else openresponses.conversation(req, outcome)
-            await off_the_loop(functools.partial(store.put, answer["id"], answer, messages))
+            await off_the_loop(functools.partial(store.put, answer["id"], answer, messages, req.items))
 
     async def replan(chat: ChatRequest) -> Plan:
         """A later round's plan (the conversation with the hosted calls' results), off the event loop."""
@@ -346,6 +347,13 @@ def create_app(
             raise APIError(404, f"No stored response has the id {rid!r}.", param="response_id")
         return JSONResponse(found.response)
 
+    async def stored_input_items(request: Request) -> Response:
+        rid = request.path_params["rid"]
+        found = await off_the_loop(functools.partial(store.get, rid)) if store is not None else None
+        if found is None:
+            raise APIError(404, f"No stored response has the id {rid!r}.", param="response_id")
+        return JSONResponse(openresponses.items_page(found.items, request.query_params))
+
     # --- Anthropic's Messages API ---
 
     def plan_messages(data: bytearray) -> Plan:
@@ -424,8 +432,11 @@ def create_app(
             usage: dict[str, int] | None = None,
             ids: Sequence[int] | None = (),
             prompt: bool = False,
+            stop: str | None = None,
         ) -> dict[str, Any]:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            if finish is not None:  # vLLM's: the stop string that ended the text (None: an end token or the limit)
+                choice["stop_reason"] = stop
             if req.return_token_ids:  # vLLM's: the prompt's ids (in the first event of a stream) and the new ones
                 if prompt:
                     choice["prompt_token_ids"] = prompt_ids
@@ -444,7 +455,9 @@ def create_app(
                 chunk = first
                 try:
                     while chunk is not None:
-                        data = payload(chunk.text, chunk.finish_reason, ids=chunk.token_ids, prompt=chunk is first)
+                        data = payload(
+                            chunk.text, chunk.finish_reason, ids=chunk.token_ids, prompt=chunk is first, stop=chunk.stop
+                        )
                         yield f"data: {json.dumps(data)}\n\n".encode()
                         if chunk.finish_reason is not None:
                             if req.include_usage:
@@ -475,7 +488,8 @@ def create_app(
             finally:
                 await gen.aclose()
             finish = last.finish_reason if last is not None else "stop"
-            return payload("".join(parts), finish, _usage(last), ids=generated.all, prompt=True)
+            stop = last.stop if last is not None else None
+            return payload("".join(parts), finish, _usage(last), ids=generated.all, prompt=True, stop=stop)
 
         return JSONResponse(await _until_disconnect(request, whole()))
 
@@ -547,7 +561,7 @@ def create_app(
         return Response(status_code=200)
 
     async def stats(request: Request) -> Response:
-        summary = service.overhead.summary()
+        summary = {"pid": os.getpid(), **service.overhead.summary()}  # which worker answered (serve --workers)
         backend_stats = getattr(backend, "stats", None)
         if callable(backend_stats):
             summary["backend"] = backend_stats()
@@ -589,6 +603,7 @@ def create_app(
         Route("/v1/completions", guarded(completions), methods=["POST"]),
         Route("/v1/responses", guarded(responses), methods=["POST"]),
         Route("/v1/responses/{rid}", guarded(stored_response), methods=["GET", "DELETE"]),
+        Route("/v1/responses/{rid}/input_items", guarded(stored_input_items), methods=["GET"]),
         Route("/v1/messages", guarded(messages, _anthropic_error), methods=["POST"]),
         Route("/v1/messages/count_tokens", guarded(count_tokens, _anthropic_error), methods=["POST"]),
         Route("/tokenize", guarded(tokenize), methods=["POST"]),

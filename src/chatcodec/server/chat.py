@@ -129,7 +129,8 @@ class Outcome:
 
     ``calls`` are the valid tool calls as ``{"id", "name", "arguments"}`` (arguments as JSON text), ``invalid``
     the others as the decoders write ``invalid_tool_calls``. ``finish`` is ``"stop"``, ``"length"`` (the token
-    limit ended generation, whatever was cut) or ``"tool_calls"``.
+    limit ended generation, whatever was cut) or ``"tool_calls"``. ``stop`` is the request's stop string that
+    ended the text, when the backend knows it (finish ``"stop"``; None for the model's own end).
     """
 
     content: str | None
@@ -141,6 +142,7 @@ class Outcome:
     completion_tokens: int
     #: the prompt's first tokens the engine kept from its last evaluation (0: none, or the backend does not say)
     cached_tokens: int = 0
+    stop: str | None = None
 
     def message(self) -> dict[str, Any]:
         """The answer as the assistant's chat message (the calls' arguments parsed), for a conversation that goes on."""
@@ -643,15 +645,17 @@ class ChatService:
             prompt_tokens = usage["prompt_tokens"]
             if not prompt_tokens and not isinstance(plan.generation.prompt, str):
                 prompt_tokens = len(plan.generation.prompt)
+            finish = _finish(last, valid)
             outcome = Outcome(
                 msg.content,
                 msg.reasoning_content,
                 calls,
                 invalid,
-                _finish(last, valid),
+                finish,
                 prompt_tokens,
                 usage["completion_tokens"],
                 usage["prompt_tokens_details"]["cached_tokens"],
+                last.stop if last is not None and finish == "stop" else None,
             )
             clock.pause()
             yield outcome

@@ -22,7 +22,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS responses (
     created REAL NOT NULL,
     size INTEGER NOT NULL,
     response TEXT NOT NULL,
-    messages TEXT NOT NULL
+    messages TEXT NOT NULL,
+    items TEXT NOT NULL DEFAULT '[]'
 )
 """
 
@@ -55,10 +56,12 @@ def default_path() -> Path:
 @dataclass(frozen=True, slots=True)
 class Stored:
     """One stored response: its answer as the client got it, and the whole conversation it ended (the chat
-    messages, its own output last), which the next request's ``previous_response_id`` continues."""
+    messages, its own output last), which the next request's ``previous_response_id`` continues. ``items`` are
+    its input items with their ids (those of the responses it continues first), for ``GET .../input_items``."""
 
     response: dict[str, Any]
     messages: list[dict[str, Any]]
+    items: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ResponseStore:
@@ -85,23 +88,36 @@ class ResponseStore:
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash of the process loses nothing committed
             db.execute(_SCHEMA)
+            try:  # a file from before input items were kept
+                db.execute("ALTER TABLE responses ADD COLUMN items TEXT NOT NULL DEFAULT '[]'")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # else it is there: the new schema, or another process's
+                    raise
             self._local.db = db
         return db
 
-    def put(self, response_id: str, response: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]) -> None:
-        """Keep ``response`` and the conversation it ends, then drop the oldest entries past the bounds. An entry
-        larger than ``max_bytes`` alone is not kept (the store would have to empty itself for it)."""
+    def put(
+        self,
+        response_id: str,
+        response: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        items: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """Keep ``response``, the conversation it ends and its input ``items``, then drop the oldest entries past
+        the bounds. An entry larger than ``max_bytes`` alone is not kept (the store would have to empty itself)."""
         body = json.dumps(response, ensure_ascii=False)
         convo = json.dumps(list(messages), ensure_ascii=False, default=str)
-        size = len(body.encode()) + len(convo.encode())
+        inputs = json.dumps(list(items), ensure_ascii=False, default=str)
+        size = len(body.encode()) + len(convo.encode()) + len(inputs.encode())
         if size > self.max_bytes:
             return
         db = self._db()
         db.execute("BEGIN IMMEDIATE")  # one writer at a time across processes: the trim sees every insert
         try:
             db.execute(
-                "INSERT OR REPLACE INTO responses (id, created, size, response, messages) VALUES (?, ?, ?, ?, ?)",
-                (response_id, time.time(), size, body, convo),
+                "INSERT OR REPLACE INTO responses (id, created, size, response, messages, items)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (response_id, time.time(), size, body, convo, inputs),
             )
             count, total = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM responses").fetchone()
             if count > self.max_entries or total > self.max_bytes:
@@ -124,10 +140,14 @@ class ResponseStore:
 
     def get(self, response_id: str) -> Stored | None:
         """The stored response ``response_id``, or None (never stored, deleted, or dropped for the bounds)."""
-        row = self._db().execute("SELECT response, messages FROM responses WHERE id = ?", (response_id,)).fetchone()
+        row = (
+            self._db()
+            .execute("SELECT response, messages, items FROM responses WHERE id = ?", (response_id,))
+            .fetchone()
+        )
         if row is None:
             return None
-        return Stored(json.loads(row[0]), json.loads(row[1]))
+        return Stored(json.loads(row[0]), json.loads(row[1]), json.loads(row[2]))
 
     def delete(self, response_id: str) -> bool:
         """Remove ``response_id``; False when it was not there."""

@@ -333,6 +333,13 @@ def _tool_choice(value: Any, has_tools: bool) -> dict[str, Any]:
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
+def _stop(outcome: Outcome) -> dict[str, Any]:
+    """``stop_reason`` and ``stop_sequence``: ``stop_sequence`` with the one met when a stop string ended the text."""
+    if outcome.stop is not None:
+        return {"stop_reason": "stop_sequence", "stop_sequence": outcome.stop}
+    return {"stop_reason": _STOPS.get(outcome.finish, "end_turn"), "stop_sequence": None}
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
@@ -356,8 +363,7 @@ def message_object(outcome: Outcome, model: str, mid: str | None = None) -> dict
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": _STOPS.get(outcome.finish, "end_turn"),
-        "stop_sequence": None,
+        **_stop(outcome),
         "usage": {"input_tokens": outcome.prompt_tokens, "output_tokens": outcome.completion_tokens},
     }
 
@@ -445,7 +451,7 @@ class EventStream:
 
     def finish(self, outcome: Outcome) -> list[bytes]:
         out = self._close()
-        delta = {"stop_reason": _STOPS.get(outcome.finish, "end_turn"), "stop_sequence": None}
+        delta = _stop(outcome)
         usage = {"input_tokens": outcome.prompt_tokens, "output_tokens": outcome.completion_tokens}
         out.append(self._event("message_delta", delta=delta, usage=usage))
         out.append(self._event("message_stop"))

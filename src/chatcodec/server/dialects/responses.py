@@ -28,7 +28,16 @@ from ..hosted import HostedCall, HostedTools
 from ..protocol import ChatRequest, _check_schema, _type_name, parse_chat
 from ..store import Stored
 
-__all__ = ["EventStream", "MCPTool", "ResponsesRequest", "conversation", "parse_responses", "response_object"]
+__all__ = [
+    "EventStream",
+    "MCPTool",
+    "ResponsesRequest",
+    "conversation",
+    "input_items",
+    "items_page",
+    "parse_responses",
+    "response_object",
+]
 
 #: the request's fields: those read, and those accepted with the one value this server honours
 _KNOWN = frozenset(
@@ -79,6 +88,8 @@ class ResponsesRequest:
     previous_response_id: str | None = None
     #: the request's ``{"type": "mcp"}`` tools, which the server runs itself
     mcp: list[MCPTool] = field(default_factory=list)
+    #: the input items with their ids, those of the responses it continues first (``GET .../input_items``)
+    items: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +122,7 @@ def parse_responses(
     metadata = _metadata(body.get("metadata"))
     previous = body.get("previous_response_id")
     history: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = []
     if previous is not None:
         if not isinstance(previous, str) or not previous:
             raise _fail("previous_response_id", "previous_response_id must be a response id (a string).")
@@ -118,7 +130,9 @@ def parse_responses(
         if stored is None:
             raise _fail("previous_response_id", f"No stored response has the id {previous!r}.", 404)
         history = list(stored.messages)
+        items = [*stored.items, *stored.response.get("output", ())]
     history += _input(body.get("input"))
+    items += input_items(body["input"])
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise _fail("instructions", f"instructions must be a string, not {_type_name(instructions)}.")
@@ -170,7 +184,7 @@ def parse_responses(
         "store": store,
         "previous_response_id": previous,
     }
-    return ResponsesRequest(req, history, echo, store, previous, mcp)
+    return ResponsesRequest(req, history, echo, store, previous, mcp, items)
 
 
 def _replace(req: ChatRequest, **changes: Any) -> ChatRequest:
@@ -323,6 +337,62 @@ def _input(value: Any) -> list[dict[str, Any]]:
     if not out:
         raise _fail("input", "input must hold at least one item.")
     return out
+
+
+#: the id prefix of each input item type, as OpenAI's ids begin
+_ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A valid ``input`` (:func:`_input` read it) as the items ``GET .../input_items`` lists: each with its type,
+    an ``id`` (the client's, or a new one) and a ``status``, a message's text as content parts."""
+    if isinstance(value, str):
+        value = [{"type": "message", "role": "user", "content": value}]
+    out = []
+    for raw in value:
+        item = {"type": "message", **raw}
+        item.setdefault("id", new_id(_ITEM_PREFIX.get(item["type"], "item")))
+        item.setdefault("status", "completed")
+        if item["type"] == "message" and isinstance(item["content"], str):
+            kind = "output_text" if item["role"] == "assistant" else "input_text"
+            item["content"] = [{"type": kind, "text": item["content"]}]
+        out.append(item)
+    return out
+
+
+def items_page(items: list[dict[str, Any]], query: Mapping[str, str]) -> dict[str, Any]:
+    """A page of a stored response's input items in OpenAI's list shape, as ``query`` asks (``limit`` 1 to 100,
+    default 20; ``order`` ``desc``, the default, or ``asc``; ``after`` an item id of the list).
+
+    >>> page = items_page([{"id": "a"}, {"id": "b"}, {"id": "c"}], {"limit": "1", "after": "c"})
+    >>> [i["id"] for i in page["data"]], page["first_id"], page["has_more"]
+    (['b'], 'b', True)
+    """
+    unknown = sorted(set(query) - {"limit", "order", "after", "include", "include[]"})
+    if unknown:
+        raise _fail(unknown[0], f"Unknown query parameter {unknown[0]!r}: input_items takes limit, order and after.")
+    limit = query.get("limit", "20")
+    if not limit.isdigit() or not 1 <= int(limit) <= 100:
+        raise _fail("limit", f"limit must be an integer from 1 to 100, not {limit!r}.")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise _fail("order", f"order must be 'asc' or 'desc', not {order!r}.")
+    ordered = items if order == "asc" else items[::-1]
+    after = query.get("after")
+    start = 0
+    if after is not None:
+        ids = [item.get("id") for item in ordered]
+        if after not in ids:
+            raise _fail("after", f"after must be the id of one of the response's input items, not {after!r}.")
+        start = ids.index(after) + 1
+    data = ordered[start : start + int(limit)]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": start + len(data) < len(ordered),
+    }
 
 
 def _call_name(messages: list[dict[str, Any]], call_id: str) -> str | None:
