@@ -28,7 +28,7 @@ from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, Inpu
 from ..render import ChatTemplate
 from ..tokens import Codec
 from ..vocab import TextTokenizer
-from . import bodies
+from . import bodies, heap
 from .access import AccessLog, Metered
 from .chat import ASK_TOKEN_IDS, ChatService, Generated, Outcome, Plan
 from .dialects import messages as anthropic
@@ -58,6 +58,8 @@ PLANNERS = 4
 TOKENIZERS = 2
 #: how long a request body may take to arrive, in seconds (then 408)
 BODY_TIMEOUT = 30.0
+#: where a request's scope keeps the size of the body read (the heap is trimmed after a large one)
+_BODY_SIZE = "chatcodec.body_size"
 
 
 def _error(exc: APIError) -> Response:
@@ -115,6 +117,7 @@ async def _read_body(request: Request, max_body: int, timeout: float = BODY_TIME
         data += piece
         if len(data) > max_body:
             raise APIError(400, f"The request body is over the limit of {max_body} bytes.", param="body")
+    request.scope[_BODY_SIZE] = len(data)
     if not data:
         raise APIError(400, "The request body is empty; send a JSON object.", param="body")
     return data
@@ -208,6 +211,9 @@ def create_app(
                 service.overhead.errors += 1
                 log.exception("unexpected error in %s", request.url.path)
                 return shape(APIError(500, f"Internal error: {type(exc).__name__}: {exc}"))
+            finally:  # what a large request allocated is freed by now: give it back before answering
+                if request.scope.get(_BODY_SIZE, 0) >= heap.TRIM_AFTER:
+                    await off_the_loop(heap.trim, tokenizers)
 
         return endpoint
 
