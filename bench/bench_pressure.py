@@ -129,7 +129,8 @@ def rss_after_prompts(port: int, pid: int, prompts: int, mib: float) -> bool:
     rng = random.Random(36)
     start = rss(pid)
     bound = 1.5 * start + CACHE_BOUND
-    print(f"RSS at start {start / 2**20:.0f} MiB; bound 1.5 x start + {CACHE_BOUND >> 20} MiB = {bound / 2**20:.0f} MiB")
+    mib_of = 1 << 20
+    print(f"RSS at start {start / mib_of:.0f} MiB; bound 1.5 x start + {CACHE_BOUND >> 20} = {bound / mib_of:.0f} MiB")
     worst = start
     ok = True
     for index in range(prompts):
@@ -140,8 +141,8 @@ def rss_after_prompts(port: int, pid: int, prompts: int, mib: float) -> bool:
         now = rss(pid)
         worst = max(worst, now)
         ok = ok and status == 400
-        print(f"  prompt {index + 1}: {status} in {time.perf_counter() - started:5.1f} s, RSS {now / 2**20:.0f} MiB")
-    print(f"RSS after {prompts} prompts of {mib:g} MiB: at most {worst / 2**20:.0f} MiB ({worst / start:.2f}x the start)")
+        print(f"  prompt {index + 1}: {status} in {time.perf_counter() - started:5.1f} s, RSS {now / mib_of:.0f} MiB")
+    print(f"RSS after {prompts} prompts of {mib:g} MiB: at most {worst / mib_of:.0f} MiB ({worst / start:.2f}x start)")
     return ok and worst <= bound
 
 

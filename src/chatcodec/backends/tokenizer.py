@@ -29,7 +29,7 @@ import re
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..exceptions import InputError, LoadError
 from ..vocab import TokenMatch, alternation
@@ -313,12 +313,14 @@ class GGUFTokenizer:
         a prompt of megabytes has millions of tokens, and a Python loop would hold the GIL for seconds."""
         data = text.encode("utf-8")
         get = self._pieces.get
-        pieces = list(map(get, ids))
-        if None in pieces:
-            pieces = [self._piece(token) if piece is None else piece for token, piece in zip(ids, pieces)]
+        found = list(map(get, ids))
+        if None in found:
+            pieces = [self._piece(token) if piece is None else piece for token, piece in zip(ids, found, strict=True)]
+        else:
+            pieces = cast("list[bytes]", found)
         lengths = list(map(len, pieces))
         extra = sum(lengths) - len(data)
-        shift = extra if extra > 0 and b"".join(pieces).endswith(data) else 0  # type: ignore[arg-type]
+        shift = extra if extra > 0 and b"".join(pieces).endswith(data) else 0
         # where each token starts and ends in the bytes, clamped to them (the positions only grow)
         bounds = list(itertools.accumulate(lengths, initial=-shift))
         below = bisect.bisect_left(bounds, 0)
@@ -326,7 +328,7 @@ class GGUFTokenizer:
         above = bisect.bisect_right(bounds, len(data))
         bounds[above:] = [len(data)] * (len(bounds) - above)
         if text.isascii():
-            return list(zip(bounds, itertools.islice(bounds, 1, None)))
+            return list(zip(bounds, itertools.islice(bounds, 1, None), strict=False))
         # the character each byte belongs to: how many characters start up to it (a byte 10xxxxxx starts none)
         to_char = list(itertools.accumulate(data.translate(_STARTS_CHAR), initial=-1))
         to_char[0:1] = []
@@ -335,7 +337,7 @@ class GGUFTokenizer:
         to_end = [0, *(i + 1 for i in itertools.islice(to_char, len(data)))]
         firsts = list(map(to_char.__getitem__, bounds))
         lasts = list(map(to_end.__getitem__, itertools.islice(bounds, 1, None)))
-        spans = list(zip(firsts, lasts))
+        spans = list(zip(firsts, lasts, strict=False))
         if 0 in lengths:
             for index, length in enumerate(lengths):
                 if not length:
