@@ -42,7 +42,18 @@ from .polyfills import Polyfill
 from .render import ChatTemplate
 from .resuming import Memo
 from .templates import load_template
-from .vocab import Matching, Run, TextTokenizer, Tokenized, Vocabulary, alternation, common_prefix, swap, vocabulary
+from .vocab import (
+    TOKEN_BYTES,
+    Matching,
+    Run,
+    TextTokenizer,
+    Tokenized,
+    Vocabulary,
+    alternation,
+    common_prefix,
+    swap,
+    vocabulary,
+)
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -617,7 +628,9 @@ class Codec:
         else:
             swapped_chars = sum(len(text) for text, _ in swapped.values())
         size += swapped_chars
-        size += 2 * len(tokens.rendered) + 12 * len(tokens.ids) + 100 * len(tokens.runs)
+        # the prompt, and each token's id and offsets (its run's, which the vocabulary's cache may share: counted
+        # here too, since a stretch too big for that cache is held by this entry alone)
+        size += 2 * len(tokens.rendered) + TOKEN_BYTES * len(tokens.ids) + 100 * len(tokens.runs)
         table = dict(shield.table) if shield is not None else {}
         if memo is not None and memo.record is not None and memo.messages is not None:
             # the copies and the messages seen hold about the text of the prompt each, the record its offsets

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import itertools
 import logging
 import re
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..exceptions import InputError, LoadError
 from ..vocab import TokenMatch, alternation
@@ -41,6 +42,8 @@ _BPE = 2
 _SPACE = " \t\n\v\f\r"
 #: how many ids are read out of llama.cpp's buffer at once
 _SLICE = 1 << 16
+#: each byte of UTF-8 as 1 if a character starts at it, else 0 (a continuation byte, 10xxxxxx)
+_STARTS_CHAR = bytes(0 if 0x80 <= b < 0xC0 else 1 for b in range(256))
 
 
 class _Match:
@@ -306,34 +309,39 @@ class GGUFTokenizer:
 
     def _offsets(self, text: str, ids: list[int]) -> list[tuple[int, int]]:
         """Each token's character span in ``text``, from the bytes of its piece (a space llama.cpp put in front
-        of the text is no character of it)."""
+        of the text is no character of it). Built by C loops (map, accumulate, zip), not a Python loop per token:
+        a prompt of megabytes has millions of tokens, and a Python loop would hold the GIL for seconds."""
         data = text.encode("utf-8")
-        pieces = [self._piece(token) for token in ids]
-        extra = sum(map(len, pieces)) - len(data)
-        shift = extra if extra > 0 and b"".join(pieces).endswith(data) else 0
-        if text.isascii():
-            to_char: Any = None
+        get = self._pieces.get
+        found = list(map(get, ids))
+        if None in found:
+            pieces = [self._piece(token) if piece is None else piece for token, piece in zip(ids, found, strict=True)]
         else:
-            to_char = [0] * (len(data) + 1)
-            at = 0
-            for index, char in enumerate(text):
-                width = len(char.encode("utf-8"))
-                for k in range(width):
-                    to_char[at + k] = index
-                at += width
-            to_char[len(data)] = len(text)
-        spans = []
-        position = -shift
-        for piece in pieces:
-            start = min(max(position, 0), len(data))
-            position += len(piece)
-            end = min(max(position, 0), len(data))
-            if to_char is not None:
-                first = to_char[start]
-                last = to_char[end - 1] + 1 if end > start else first
-                spans.append((first, last))
-            else:
-                spans.append((start, end))
+            pieces = cast("list[bytes]", found)
+        lengths = list(map(len, pieces))
+        extra = sum(lengths) - len(data)
+        shift = extra if extra > 0 and b"".join(pieces).endswith(data) else 0
+        # where each token starts and ends in the bytes, clamped to them (the positions only grow)
+        bounds = list(itertools.accumulate(lengths, initial=-shift))
+        below = bisect.bisect_left(bounds, 0)
+        bounds[:below] = [0] * below
+        above = bisect.bisect_right(bounds, len(data))
+        bounds[above:] = [len(data)] * (len(bounds) - above)
+        if text.isascii():
+            return list(zip(bounds, itertools.islice(bounds, 1, None), strict=False))
+        # the character each byte belongs to: how many characters start up to it (a byte 10xxxxxx starts none)
+        to_char = list(itertools.accumulate(data.translate(_STARTS_CHAR), initial=-1))
+        to_char[0:1] = []
+        to_char.append(len(text))
+        # a span ends after the character of its last byte; an empty one ends where it starts
+        to_end = [0, *(i + 1 for i in itertools.islice(to_char, len(data)))]
+        firsts = list(map(to_char.__getitem__, bounds))
+        lasts = list(map(to_end.__getitem__, itertools.islice(bounds, 1, None)))
+        spans = list(zip(firsts, lasts, strict=False))
+        if 0 in lengths:
+            for index, length in enumerate(lengths):
+                if not length:
+                    spans[index] = (firsts[index], firsts[index])
         return spans
 
 

@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, Inpu
 from ..render import ChatTemplate
 from ..tokens import Codec
 from ..vocab import TextTokenizer
-from . import bodies
+from . import bodies, heap
 from .access import AccessLog, Metered
 from .chat import ASK_TOKEN_IDS, ChatService, Generated, Outcome, Plan
 from .dialects import messages as anthropic
@@ -65,6 +66,13 @@ TOKENIZERS = 2
 GRAMMARS = 2
 #: how long a request body may take to arrive, in seconds (then 408)
 BODY_TIMEOUT = 30.0
+#: how often, in seconds, a thread holding the GIL is asked to let another run while the server is up (CPython's
+#: default is 5 ms): the planners' and tokenizers' pure-Python work holds it, and each request the event loop
+#: serves meanwhile needs it several times. 1 ms took /health's p90 under the worst token load from 102 ms to
+#: 37 ms (bench/bench_pressure.py)
+SWITCH_INTERVAL = 0.001
+#: where a request's scope keeps the size of the body read (the heap is trimmed after a large one)
+_BODY_SIZE = "chatcodec.body_size"
 
 
 def _error(exc: APIError) -> Response:
@@ -122,6 +130,7 @@ async def _read_body(request: Request, max_body: int, timeout: float = BODY_TIME
         data += piece
         if len(data) > max_body:
             raise APIError(400, f"The request body is over the limit of {max_body} bytes.", param="body")
+    request.scope[_BODY_SIZE] = len(data)
     if not data:
         raise APIError(400, "The request body is empty; send a JSON object.", param="body")
     return data
@@ -228,6 +237,9 @@ def create_app(
                 service.overhead.errors += 1
                 log.exception("unexpected error in %s", request.url.path)
                 return shape(APIError(500, f"Internal error: {type(exc).__name__}: {exc}"))
+            finally:  # what a large request allocated is freed by now: give it back before answering
+                if request.scope.get(_BODY_SIZE, 0) >= heap.TRIM_AFTER:
+                    await off_the_loop(heap.trim, tokenizers)
 
         return endpoint
 
@@ -590,7 +602,12 @@ def create_app(
                 await connect()
             except BackendError as exc:  # not up yet: each request says so (502) until it is
                 log.warning("%s", exc)
-        yield
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, SWITCH_INTERVAL))  # the process's, put back at shutdown
+        try:
+            yield
+        finally:
+            sys.setswitchinterval(switch)
         if toolbox is not None:  # before uvicorn raises a stopping signal again, which would end the process
             await toolbox.aclose()
         await backend.aclose()

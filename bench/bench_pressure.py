@@ -1,0 +1,185 @@
+"""The embedded server under pressure (issue 29): ``/health`` latency while ``/tokenize`` and ``/detokenize``
+run at their worst, and resident memory after distinct hostile prompts.
+
+1. **/health under load.** ``/health`` is asked every 20 ms, first idle for ``--idle`` seconds, then for
+   ``--seconds`` while three clients keep the server's worst token work going, one request after another:
+   ``/tokenize`` of 2,000,000 characters of ``<``, ``[``, ``>``, ``]`` with ``return_token_strs`` (llama.cpp's
+   tokenizer, then every token's text), ``/detokenize`` of 1,500,000 ids, and ``/tokenize`` of a 1 MiB chat
+   message (the template, the injection-safe encoder, and llama.cpp per stretch). Printed: the latency of
+   ``/health`` at p50, p90, p99 and max, idle and loaded, and the share of loaded answers within 100 ms.
+2. **RSS.** ``--prompts`` distinct chats of ``--mib`` MiB of those characters, each refused with a 400 (the
+   prompt fills the context); the server's VmRSS at start and after each, against the bound in
+   docs/security.md: 1.5 x the start plus the caches' 192 MiB.
+
+    python bench/bench_pressure.py                    # both: about 2 minutes on a quiet 2-core machine
+    python bench/bench_pressure.py --health-only      # or --rss-only
+    python bench/bench_pressure.py --src ../main/src  # another checkout's server, side by side
+
+The server listens on 127.0.0.1 and is stopped at the end. Exit status 1 if a request failed or RSS passed
+its bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the caches' documented bound (docs/security.md): the vocabulary's stretches, the codec's caller text, the
+#: codec's history, 64 MiB each
+CACHE_BOUND = 3 * 64 << 20
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def request(port: int, method: str, path: str, body: bytes | None = None, timeout: float = 600) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body, {"content-type": "application/json"} if body is not None else {})
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+def rss(pid: int) -> int:
+    """The resident size of process ``pid``, in bytes (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def hostile(rng: random.Random, size: int) -> str:
+    return "".join(rng.choice("<[>]") for _ in range(size))
+
+
+def quantiles(seconds: list[float]) -> str:
+    ordered = sorted(seconds)
+
+    def q(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
+
+    within = sum(s <= 0.1 for s in ordered) / len(ordered)
+    return (
+        f"p50 {q(0.5):6.1f} ms  p90 {q(0.9):6.1f} ms  p99 {q(0.99):6.1f} ms  max {ordered[-1] * 1000:6.1f} ms"
+        f"  within 100 ms {within:6.1%}  ({len(ordered)} asked)"
+    )
+
+
+def watch(port: int, seconds: float) -> list[float]:
+    """How long each ``/health`` took, asked every 20 ms for ``seconds``."""
+    took: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.perf_counter()
+        status, _ = request(port, "GET", "/health", timeout=30)
+        took.append(time.perf_counter() - started)
+        if status != 200:
+            raise RuntimeError(f"/health answered {status}")
+        time.sleep(0.02)
+    return took
+
+
+def health_under_load(port: int, idle: float, seconds: float) -> bool:
+    rng = random.Random(29)
+    loads = [
+        ("/tokenize", json.dumps({"prompt": hostile(rng, 2_000_000), "return_token_strs": True}).encode()),
+        ("/detokenize", json.dumps({"tokens": [rng.randrange(1000) for _ in range(1_500_000)]}).encode()),
+        ("/tokenize", json.dumps({"messages": [{"role": "user", "content": hostile(rng, 1 << 20)}]}).encode()),
+    ]
+    print(f"/health idle:   {quantiles(watch(port, idle))}", flush=True)
+    stop = threading.Event()
+    done: list[tuple[str, int]] = []
+
+    def load(path: str, body: bytes) -> None:
+        while not stop.is_set():
+            done.append((path, request(port, "POST", path, body)[0]))
+
+    threads = [threading.Thread(target=load, args=job, daemon=True) for job in loads]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)  # the bodies are on their way
+    busy = watch(port, seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(600)
+    print(f"/health loaded: {quantiles(busy)}")
+    statuses = sorted({status for _, status in done})
+    print(f"load: {len(done)} requests ({', '.join(sorted({p for p, _ in done}))}), statuses {statuses}")
+    return statuses == [200]
+
+
+def rss_after_prompts(port: int, pid: int, prompts: int, mib: float) -> bool:
+    rng = random.Random(36)
+    start = rss(pid)
+    bound = 1.5 * start + CACHE_BOUND
+    mib_of = 1 << 20
+    print(f"RSS at start {start / mib_of:.0f} MiB; bound 1.5 x start + {CACHE_BOUND >> 20} = {bound / mib_of:.0f} MiB")
+    worst = start
+    ok = True
+    for index in range(prompts):
+        content = hostile(rng, int(mib * (1 << 20)) - 200)
+        body = json.dumps({"messages": [{"role": "user", "content": content}], "max_tokens": 1}).encode()
+        started = time.perf_counter()
+        status, _ = request(port, "POST", "/v1/chat/completions", body)
+        now = rss(pid)
+        worst = max(worst, now)
+        ok = ok and status == 400
+        print(f"  prompt {index + 1}: {status} in {time.perf_counter() - started:5.1f} s, RSS {now / mib_of:.0f} MiB")
+    print(f"RSS after {prompts} prompts of {mib:g} MiB: at most {worst / mib_of:.0f} MiB ({worst / start:.2f}x start)")
+    return ok and worst <= bound
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--health-only", action="store_true")
+    parser.add_argument("--rss-only", action="store_true")
+    parser.add_argument("--idle", type=float, default=3.0, help="seconds of /health before the load")
+    parser.add_argument("--seconds", type=float, default=30.0, help="seconds of /health under the load")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--mib", type=float, default=8.0, help="MiB of each hostile prompt (the body limit is 8)")
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the chatcodec source the server runs")
+    args = parser.parse_args()
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(args.src.resolve()), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "chatcodec", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    with tempfile.TemporaryFile() as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            for _ in range(720):
+                try:
+                    request(port, "GET", "/health", timeout=5)
+                    break
+                except OSError:
+                    if server.poll() is not None:
+                        raise RuntimeError(f"the server exited with {server.returncode}") from None
+                    time.sleep(0.25)
+            ok = True
+            if not args.rss_only:
+                ok = health_under_load(port, args.idle, args.seconds) and ok
+            if not args.health_only:
+                ok = rss_after_prompts(port, server.pid, args.prompts, args.mib) and ok
+        finally:
+            server.terminate()
+            server.wait(30)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
