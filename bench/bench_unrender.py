@@ -8,7 +8,12 @@ rendering it). Learning a template's grammar (its probe renders) is timed once p
 with the grammar cache emptied. Prompts the template does not read (PromptMismatchError) are counted, with the
 time it took to say so.
 
-Run: ``PYTHONPATH=src python bench/bench_unrender.py [--repeats 3]``. Needs ../shared/corpus beside the checkout.
+``--hostile`` times instead the prompts of tests/test_unrender_bounds.py (the review's and their neighbours, up
+to 1 MB, each read and refused strictly and not): the CPU time of each, in seconds per MB of prompt, against the
+documented bound (0.5 s plus 4 s per MB), and against rendering the prompt's messages where it is read.
+
+Run: ``PYTHONPATH=src python bench/bench_unrender.py [--repeats 3] [--hostile]``. Needs ../shared/corpus beside
+the checkout (not for ``--hostile``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ NOW = datetime(2026, 11, 29, 12, 0, 0)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per prompt, best kept (default 3)")
+    parser.add_argument("--hostile", action="store_true", help="time the bounds test's prompts instead")
     args = parser.parse_args()
+    if args.hostile:
+        return _hostile(args.repeats)
     if not CORPUS.is_dir():
         print(f"the corpus is not at {CORPUS}", file=sys.stderr)
         return 2
@@ -87,6 +95,51 @@ def main() -> int:
     if refusals:
         print(f"not read: {len(refusals)}, each refused in median {statistics.median(refusals) * 1e3:.1f} ms")
     return 0
+
+
+def _hostile(repeats: int) -> int:
+    import importlib.util
+
+    from chatcodec import Limits, PromptMismatchError, load_template, parse_conversation
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "test_unrender_bounds.py"
+    spec = importlib.util.spec_from_file_location("unrender_bounds", path)
+    assert spec is not None and spec.loader is not None
+    bounds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bounds)
+    qwen3 = load_template("qwen3")
+    qwen3.limits = Limits(timeout=600)
+    parse_conversation(qwen3, "<|im_start|>user\nhi<|im_end|>\n")
+    print(f"{'prompt':<40} {'strict':>6} {'MB':>6} {'outcome':>8} {'s':>7} {'s/MB':>6} {'bound s':>8} {'x render':>8}")
+    worst = 0.0
+    for name, make in bounds.PROMPTS.items():
+        prompt, _ = make()
+        for strict in (True, False):
+            seconds, outcome = min((_cpu(_read, qwen3, prompt, strict) for _ in range(repeats)), key=lambda r: r[0])
+            bound = 0.5 + 4.0 * len(prompt) / 1e6
+            worst = max(worst, seconds / bound)
+            versus = ""
+            if not isinstance(outcome, PromptMismatchError):
+                render = min(
+                    _cpu(qwen3.render, outcome.messages, **outcome.render_options())[0] for _ in range(repeats)
+                )
+                versus = f"{seconds / render:.1f}"
+            mb = len(prompt) / 1e6
+            print(
+                f"{name:<40} {strict!s:>6} {mb:>6.2f} {'refused' if versus == '' else 'read':>8} {seconds:>7.2f}"
+                f" {seconds / mb:>6.2f} {bound:>8.2f} {versus:>8}"
+            )
+    print(f"the slowest is {worst:.2f} of its bound")
+    return 0
+
+
+def _read(template: Any, prompt: str, strict: bool) -> Any:
+    from chatcodec import PromptMismatchError, parse_conversation
+
+    try:
+        return parse_conversation(template, prompt, strict=strict)
+    except PromptMismatchError as exc:
+        return exc
 
 
 def _timed_refusal(parse: Any, template: Any, prompt: str, options: dict[str, Any]) -> float:

@@ -1,22 +1,21 @@
 """Unrender's work is bounded and linear: every prompt is read or refused within WORK_BASE + WORK_PER_CHAR
-units, and the units are what the work costs, so the time stays within the documented bound (the module's
-docstring: about 2 s per MB on an idle core, at most 4 s on a loaded one). The prompts are the review's (25
-turns plus one character, 400 turns, many empty turns) and their neighbours: glues inside one text, headers
-alone, one huge text, reasoning in every turn."""
+units of work, and a prompt that can be read is read within them. The prompts are the review's (25 turns plus
+one character, 400 turns, many empty turns) and their neighbours: glues inside one text, headers alone, one huge
+text, reasoning in every turn. What the units cost in seconds (the module's docstring: about 2 s per MB on an
+idle core) is measured, not asserted here, by ``bench/bench_unrender.py --hostile`` on these same prompts."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 
 import chatcodec.unrender as unrender
-from chatcodec import PromptMismatchError, load_template, parse_conversation
+from chatcodec import Limits, PromptMismatchError, load_template, parse_conversation
 
-#: the documented bound: seconds per MB of prompt, and a floor for small prompts
-SECONDS_PER_MB = 4.0
-FLOOR = 0.5
+#: the renders these tests make (20,000 turns read back and rendered) are not the subject here: the render's
+#: clock, 5 s by default, must not refuse one on a loaded machine
+UNHURRIED = Limits(timeout=600)
 
 
 def _chat(turns: int, user: str = "question {i}", assistant: str = "answer {i}") -> list[dict[str, str]]:
@@ -67,26 +66,30 @@ PROMPTS = _prompts()
 
 @pytest.mark.parametrize("strict", [True, False])
 @pytest.mark.parametrize("name", list(PROMPTS))
-def test_every_prompt_is_read_or_refused_within_the_bound(name: str, strict: bool) -> None:
+def test_every_prompt_is_read_or_refused_within_the_bound(
+    name: str, strict: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     qwen3 = load_template("qwen3")
-    parse_conversation(qwen3, "<|im_start|>user\nhi<|im_end|>\n")  # the grammar is learned once, not timed here
+    qwen3.limits = UNHURRIED
+    parse_conversation(qwen3, "<|im_start|>user\nhi<|im_end|>\n")  # the grammar is learned once, not counted here
+    made = _count_work(monkeypatch)
     prompt, readable = PROMPTS[name]()
-    started = time.monotonic()
     try:
         parsed = parse_conversation(qwen3, prompt, strict=strict)
     except PromptMismatchError as exc:
         assert not readable, f"refused: {exc}"
         assert str(exc).count("\n") == 0
+        (work,) = made
+        assert ("work budget" in str(exc)) == work.spent, "a refusal says whether the budget ran out"
     else:
         assert qwen3.render(parsed.messages, **parsed.render_options()) == prompt
-    elapsed = time.monotonic() - started
-    bound = FLOOR + SECONDS_PER_MB * len(prompt) / 1e6
-    assert elapsed < bound, f"{elapsed:.2f} s for {len(prompt):,} characters (bound {bound:.2f} s)"
+        (work,) = made
+        assert not work.spent
+    assert work.budget == unrender.WORK_BASE + unrender.WORK_PER_CHAR * len(prompt)
 
 
-def test_the_budget_is_linear_and_counts_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The units spent never pass the budget, the budget grows with the prompt, and decoding is paid for."""
-    qwen3 = load_template("qwen3")
+def _count_work(monkeypatch: pytest.MonkeyPatch) -> list[unrender._Work]:
+    """Every work budget made from now on, in order."""
     made: list[unrender._Work] = []
     original = unrender._Work.__init__
 
@@ -95,6 +98,13 @@ def test_the_budget_is_linear_and_counts_decoding(monkeypatch: pytest.MonkeyPatc
         made.append(self)
 
     monkeypatch.setattr(unrender._Work, "__init__", counting)
+    return made
+
+
+def test_the_budget_is_linear_and_counts_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The units spent never pass the budget, the budget grows with the prompt, and decoding is paid for."""
+    qwen3 = load_template("qwen3")
+    made = _count_work(monkeypatch)
     for turns in (100, 1000, 4000):
         prompt = qwen3.render(_chat(turns)) + "x"
         with pytest.raises(PromptMismatchError, match="work budget"):
