@@ -204,3 +204,23 @@ def test_bad_input_is_one_clear_error(smol: GGUFTokenizer, tmp_path: Path) -> No
         GGUFTokenizer(broken)
     assert json.dumps(smol.affixes()) == "[[], []]"  # SmolLM2's GGUF adds no BOS
     assert re.fullmatch(r"<GGUFTokenizer .*\.gguf, 17 special tokens>", repr(smol))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(alphabet=st.sampled_from(list("ab <>[]\n é漢🙂")), max_size=60))
+def test_work_done_a_slice_at_a_time_is_the_same(smol: GGUFTokenizer, text: str) -> None:
+    """Offsets, detokenized bytes and their text are made a slice at a time (so that a megabyte does not keep the
+    GIL from the event loop); with slices of 3, every boundary falls inside, and nothing changes."""
+    import chatcodec.backends.tokenizer as tokenizer
+
+    ids = smol.tokenize(text, special=False)
+    whole = (smol._offsets(text, ids), smol.detokenize(ids))
+    cut = ids[: len(ids) // 2] + smol.tokenize("漢", special=False)[:1] + ids  # a character's bytes cut short
+    texts = [smol.detokenize(some).decode("utf-8", errors="replace") for some in (ids, cut)]
+    saved = tokenizer._SLICE, tokenizer._DECODED_AT_ONCE
+    tokenizer._SLICE = tokenizer._DECODED_AT_ONCE = 3
+    try:
+        assert (smol._offsets(text, ids), smol.detokenize(ids)) == whole
+        assert [smol.detokenize_text(some) for some in (ids, cut)] == texts
+    finally:
+        tokenizer._SLICE, tokenizer._DECODED_AT_ONCE = saved

@@ -409,12 +409,20 @@ def test_tokenize_work_cannot_starve_chats_nor_chats_tokenize_work(monkeypatch: 
         {"model": "m", "tokens": list(range(100_000)), "nested": [{"a": list(range(90_000))}, [1, 2]], "s": "[1,2]"},
         {"prompt": "<[>]" * 200_000, "list": [[5] * 70_000, "x"]},
         {"floats": [1.5] * 100_000, "ints": [7] * 100_000},
+        {"prompt": 'é"\\\n\t漢🙂\x00' * 60_000},  # a long text is written a slice at a time: escapes at every cut
     ],
 )
 def test_bodies_read_and_write_as_json_does(value: dict[str, Any]) -> None:
     data = json.dumps(value).encode()
     assert bodies.loads(data) == json.loads(data)
     assert bodies.dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_a_long_text_with_lone_surrogates_is_written_as_valid_json() -> None:
+    text = ("a\ud800b" + "x" * 1000 + "\udfff") * 600  # a lone surrogate in some slices, not in others
+    written = bodies.dumps({"prompt": text})
+    written.decode("utf-8")  # valid UTF-8
+    assert json.loads(written) == {"prompt": text}
 
 
 @pytest.mark.parametrize(

@@ -219,6 +219,7 @@ def _request(**extra: Any) -> dict[str, Any]:
         tool_choice="required",
         parallel_tool_calls=False,
         max_output_tokens=32,
+        temperature=0,  # greedy: the same call and answer every run (sampled, the model can end with no text)
         **extra,
     )
 

@@ -193,7 +193,7 @@ class LlamaBackend:
 
     def _detokenize(self, ids: Sequence[int]) -> str:
         # llama-cpp-python's own detokenize joins bytes a piece at a time (quadratic); the tokenizer's is linear
-        return self.tokenizer.detokenize(ids).decode("utf-8", errors="replace")
+        return self.tokenizer.detokenize_text(ids)
 
     async def generate(self, request: Generation) -> AsyncGenerator[Chunk, None]:
         loop = asyncio.get_running_loop()

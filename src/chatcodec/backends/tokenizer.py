@@ -22,6 +22,7 @@ front of a remote engine as well as the embedded model::
 from __future__ import annotations
 
 import bisect
+import codecs
 import ctypes
 import itertools
 import logging
@@ -40,8 +41,10 @@ __all__ = ["GGUFTokenizer"]
 _BPE = 2
 #: what C's isspace() takes, which llama.cpp strips around LSTRIP/RSTRIP tokens
 _SPACE = " \t\n\v\f\r"
-#: how many ids are read out of llama.cpp's buffer at once
+#: how many ids are read out of llama.cpp's buffer, or items worked on by one C loop, at once
 _SLICE = 1 << 16
+#: bytes of text decoded at once (a millisecond or two)
+_DECODED_AT_ONCE = 1 << 18
 #: each byte of UTF-8 as 1 if a character starts at it, else 0 (a continuation byte, 10xxxxxx)
 _STARTS_CHAR = bytes(0 if 0x80 <= b < 0xC0 else 1 for b in range(256))
 
@@ -195,11 +198,24 @@ class GGUFTokenizer:
         whole (its fixed buffer garbles those)."""
         self._check_ids(ids)
         piece = self._piece
-        data = b"".join([piece(token, True) for token in ids])
+        # joined a slice at a time: one join of millions of pieces keeps the GIL from other threads (0.15 s)
+        data = _joined([piece(token, True) for token in ids])
         # as llama-cpp-python: the space a BOS-led (Llama 1) prompt got in front is dropped
         if ids and ids[0] == self._bos and data[:1] == b" ":
             return data[1:]
         return data
+
+    def detokenize_text(self, ids: Sequence[int]) -> str:
+        """:meth:`detokenize` as text, bytes that are not UTF-8 replaced (``/detokenize``'s ``prompt``);
+        megabytes are decoded a slice at a time (the same text), so that the GIL goes to other threads between."""
+        data = self.detokenize(ids)
+        if len(data) <= _DECODED_AT_ONCE:
+            return data.decode("utf-8", errors="replace")
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        last = len(data) - _DECODED_AT_ONCE
+        parts = [decoder.decode(data[at : at + _DECODED_AT_ONCE]) for at in range(0, last, _DECODED_AT_ONCE)]
+        parts.append(decoder.decode(data[len(parts) * _DECODED_AT_ONCE :], final=True))
+        return "".join(parts)
 
     def token_texts(self, ids: Sequence[int]) -> list[str]:
         """Each token's own text (its piece, special tokens written; bytes that are not UTF-8 alone replaced), as
@@ -309,40 +325,75 @@ class GGUFTokenizer:
 
     def _offsets(self, text: str, ids: list[int]) -> list[tuple[int, int]]:
         """Each token's character span in ``text``, from the bytes of its piece (a space llama.cpp put in front
-        of the text is no character of it). Built by C loops (map, accumulate, zip), not a Python loop per token:
-        a prompt of megabytes has millions of tokens, and a Python loop would hold the GIL for seconds."""
+        of the text is no character of it). Built by C loops (map, accumulate, zip), not a Python loop per token,
+        each over a slice of :data:`_SLICE` at a time: a prompt of megabytes has millions of tokens, a Python loop
+        over them takes seconds, and one C loop over them all would keep the GIL from other threads (a
+        ``list(zip(...))`` of a million spans held it for 0.15 s)."""
         data = text.encode("utf-8")
         get = self._pieces.get
-        found = list(map(get, ids))
+        found = _sliced(lambda part: map(get, part), ids)
         if None in found:
             pieces = [self._piece(token) if piece is None else piece for token, piece in zip(ids, found, strict=True)]
         else:
             pieces = cast("list[bytes]", found)
-        lengths = list(map(len, pieces))
+        lengths = _sliced(lambda part: map(len, part), pieces)
         extra = sum(lengths) - len(data)
-        shift = extra if extra > 0 and b"".join(pieces).endswith(data) else 0
+        shift = extra if extra > 0 and _joined(pieces).endswith(data) else 0
         # where each token starts and ends in the bytes, clamped to them (the positions only grow)
-        bounds = list(itertools.accumulate(lengths, initial=-shift))
+        bounds = _running(lengths, -shift)
         below = bisect.bisect_left(bounds, 0)
         bounds[:below] = [0] * below
         above = bisect.bisect_right(bounds, len(data))
         bounds[above:] = [len(data)] * (len(bounds) - above)
         if text.isascii():
-            return list(zip(bounds, itertools.islice(bounds, 1, None), strict=False))
+            return _pairs(bounds, bounds, 1)
         # the character each byte belongs to: how many characters start up to it (a byte 10xxxxxx starts none)
-        to_char = list(itertools.accumulate(data.translate(_STARTS_CHAR), initial=-1))
+        to_char = _running(data.translate(_STARTS_CHAR), -1)
         to_char[0:1] = []
         to_char.append(len(text))
         # a span ends after the character of its last byte; an empty one ends where it starts
         to_end = [0, *(i + 1 for i in itertools.islice(to_char, len(data)))]
-        firsts = list(map(to_char.__getitem__, bounds))
-        lasts = list(map(to_end.__getitem__, itertools.islice(bounds, 1, None)))
-        spans = list(zip(firsts, lasts, strict=False))
+        firsts = _sliced(lambda part: map(to_char.__getitem__, part), bounds)
+        lasts = _sliced(lambda part: map(to_end.__getitem__, part), bounds)
+        spans = _pairs(firsts, lasts, 1)
         if 0 in lengths:
             for index, length in enumerate(lengths):
                 if not length:
                     spans[index] = (firsts[index], firsts[index])
         return spans
+
+
+def _sliced(step: Any, items: Sequence[Any]) -> list[Any]:
+    """What ``step`` makes of each slice of :data:`_SLICE` items, one after another: a C loop a slice at a time."""
+    out: list[Any] = []
+    for at in range(0, len(items), _SLICE):
+        out += step(items[at : at + _SLICE])
+    return out
+
+
+def _running(values: Sequence[int], initial: int) -> list[int]:
+    """``list(itertools.accumulate(values, initial=initial))``, a slice at a time."""
+    out = [initial]
+    for at in range(0, len(values), _SLICE):
+        sums = itertools.accumulate(values[at : at + _SLICE], initial=out[-1])
+        next(sums)  # the running total so far, which ``out`` ends with
+        out += sums
+    return out
+
+
+def _pairs(firsts: Sequence[int], lasts: Sequence[int], skip: int) -> list[tuple[int, int]]:
+    """``list(zip(firsts, lasts[skip:]))``, as long as the shorter, a slice at a time."""
+    size = min(len(firsts), len(lasts) - skip)
+    out: list[tuple[int, int]] = []
+    for at in range(0, size, _SLICE):
+        top = min(size, at + _SLICE)
+        out += zip(firsts[at:top], lasts[at + skip : top + skip], strict=True)
+    return out
+
+
+def _joined(pieces: Sequence[bytes]) -> bytes:
+    """``b"".join(pieces)``, a slice at a time."""
+    return b"".join([b"".join(pieces[at : at + _SLICE]) for at in range(0, len(pieces), _SLICE)])
 
 
 _INITIALIZED: list[bool] = []

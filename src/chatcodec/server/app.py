@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..backends import Backend, Chunk, Generation
+from ..backends import Backend, Chunk, Generation, GGUFTokenizer
 from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, InputError
 from ..render import ChatTemplate
 from ..tokens import Codec
@@ -59,8 +60,11 @@ MAX_BODY = 8 * 1024 * 1024
 #: next ones wait
 PLANNERS = 4
 #: how many /tokenize and /detokenize requests are worked on at once, on threads of their own: megabytes of
-#: text or ids take seconds, and on the planners' threads a few of them would hold up every chat
-TOKENIZERS = 2
+#: text or ids take seconds, and on the planners' threads a few of them would hold up every chat. One: CPython
+#: gives the GIL to any thread that waits for it, so with two such jobs the event loop waited behind both at
+#: each of the dozen times a request needs the GIL (bench/bench_pressure.py: /health at p90 74 ms, 14-31 ms
+#: with one); the GIL runs one of them at a time anyway
+TOKENIZERS = 1
 #: how many grammars are built at once, on threads of their own: a schema near the budget takes a second or two
 #: to become a grammar, and on the planners' threads four such requests would hold every plain chat
 GRAMMARS = 2
@@ -73,6 +77,9 @@ BODY_TIMEOUT = 30.0
 SWITCH_INTERVAL = 0.001
 #: where a request's scope keeps the size of the body read (the heap is trimmed after a large one)
 _BODY_SIZE = "chatcodec.body_size"
+#: the request scope's list of a handler's large values (millions of ids or texts), freed on a worker thread
+#: after the handler returns: freed with its frame on the event loop, 1.5 million ids took 50-200 ms of it
+_LARGE = "chatcodec.large"
 
 
 def _error(exc: APIError) -> Response:
@@ -136,6 +143,11 @@ async def _read_body(request: Request, max_body: int, timeout: float = BODY_TIME
     return data
 
 
+def freed_later(request: Request, value: object) -> None:
+    """Keep ``value`` (millions of ids, say) until the handler has returned, then free it on a worker thread."""
+    request.scope.setdefault(_LARGE, []).append(value)
+
+
 def _json(data: bytearray) -> Any:
     try:  # long lists of numbers a slice at a time, so that the event loop goes on meanwhile
         return bodies.loads(data)
@@ -190,8 +202,9 @@ def create_app(
     )
     hosted = HostedTools(toolbox) if toolbox is not None and toolbox.mcp_servers else None
 
-    # Two pools, so that one kind of work cannot starve the other: chats are planned on one, tokenize and
-    # detokenize requests worked on the other; past their threads, requests wait their turn in their own queue.
+    # Three pools, so that one kind of work cannot starve another: chats are planned on one, tokenize and
+    # detokenize requests worked on the next, grammars built on the third; past their threads, requests wait
+    # their turn in their own queue.
     planners = ThreadPoolExecutor(PLANNERS, thread_name_prefix="chatcodec-plan")
     tokenizers = ThreadPoolExecutor(TOKENIZERS, thread_name_prefix="chatcodec-tokens")
     grammars = ThreadPoolExecutor(GRAMMARS, thread_name_prefix="chatcodec-grammar")
@@ -238,6 +251,9 @@ def create_app(
                 log.exception("unexpected error in %s", request.url.path)
                 return shape(APIError(500, f"Internal error: {type(exc).__name__}: {exc}"))
             finally:  # what a large request allocated is freed by now: give it back before answering
+                large = request.scope.pop(_LARGE, None)
+                if large:
+                    await off_the_loop(large.clear, tokenizers)
                 if request.scope.get(_BODY_SIZE, 0) >= heap.TRIM_AFTER:
                     await off_the_loop(heap.trim, tokenizers)
 
@@ -530,20 +546,35 @@ def create_app(
         except ChatcodecError as exc:
             raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
 
+    # the embedded model's tokenizer: a /tokenize or /detokenize answer is made whole on one worker, its
+    # millions of ids and texts made and freed there (freed on the event loop, 1.5 million ids held it 50-200 ms)
+    local = getattr(backend, "tokenizer", None)
+    local = local if isinstance(local, GGUFTokenizer) else None
+
+    def tokens_answer(ids: list[int], token_strs: list[str] | None) -> dict[str, Any]:
+        answer: dict[str, Any] = {"count": len(ids), "max_model_len": backend.info.context_length, "tokens": ids}
+        if token_strs is not None:
+            answer["token_strs"] = token_strs
+        return answer
+
+    def tokenized_here(data: bytearray, tokenizer: GGUFTokenizer) -> bytes:
+        body, text, ids = tokenize_request(data)
+        if ids is None:
+            ids = tokenizer.tokenize(text, special=True)
+        token_strs = tokenizer.token_texts(ids) if body.get("return_token_strs") else None
+        return bodies.dumps(tokens_answer(ids, token_strs))
+
     async def tokenize(request: Request) -> Response:
         data = await _read_body(request, max_body, body_timeout)
+        if local is not None:
+            content = await off_the_loop(functools.partial(tokenized_here, data, local), tokenizers)
+            return Response(content, media_type="application/json")
         body, text, ids = await off_the_loop(functools.partial(tokenize_request, data), tokenizers)
         if ids is None:
             ids = await backend.tokenize(text)
-        answer: dict[str, Any] = {"count": len(ids), "max_model_len": backend.info.context_length, "tokens": ids}
-        if body.get("return_token_strs"):
-            # the embedded model's tokenizer gives every token's text in one call, on the tokenizers' pool
-            token_texts = getattr(getattr(backend, "tokenizer", None), "token_texts", None)
-            if callable(token_texts):
-                answer["token_strs"] = await off_the_loop(functools.partial(token_texts, ids), tokenizers)
-            else:
-                answer["token_strs"] = [await backend.detokenize([i]) for i in ids]
-        content = await off_the_loop(functools.partial(bodies.dumps, answer), tokenizers)
+        freed_later(request, ids)
+        token_strs = [await backend.detokenize([i]) for i in ids] if body.get("return_token_strs") else None
+        content = await off_the_loop(functools.partial(bodies.dumps, tokens_answer(ids, token_strs)), tokenizers)
         return Response(content, media_type="application/json")
 
     def detokenize_request(data: bytearray) -> list[int]:
@@ -553,10 +584,19 @@ def create_app(
             raise APIError(400, "tokens must be a list of token ids.", param="tokens")
         return ids
 
+    def detokenized_here(data: bytearray, tokenizer: GGUFTokenizer) -> bytes:
+        return bodies.dumps({"prompt": tokenizer.detokenize_text(detokenize_request(data))})
+
     async def detokenize(request: Request) -> Response:
         data = await _read_body(request, max_body, body_timeout)
+        if local is not None:
+            content = await off_the_loop(functools.partial(detokenized_here, data, local), tokenizers)
+            return Response(content, media_type="application/json")
         ids = await off_the_loop(functools.partial(detokenize_request, data), tokenizers)
-        return JSONResponse({"prompt": await backend.detokenize(ids)})
+        freed_later(request, ids)
+        text = await backend.detokenize(ids)
+        content = await off_the_loop(functools.partial(bodies.dumps, {"prompt": text}), tokenizers)
+        return Response(content, media_type="application/json")
 
     async def models(request: Request) -> Response:
         info = backend.info
@@ -604,10 +644,16 @@ def create_app(
                 log.warning("%s", exc)
         switch = sys.getswitchinterval()
         sys.setswitchinterval(min(switch, SWITCH_INTERVAL))  # the process's, put back at shutdown
+        # What is loaded by now (the vocabulary, the template, the codec's tables) lives as long as the server:
+        # frozen, the collector's full passes skip it. Unfrozen, each walked it all, GIL held: 70-190 ms with
+        # /health waiting, whenever a request (a grammar's cycles) made enough garbage.
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
             sys.setswitchinterval(switch)
+            gc.unfreeze()
         if toolbox is not None:  # before uvicorn raises a stopping signal again, which would end the process
             await toolbox.aclose()
         await backend.aclose()

@@ -7,7 +7,8 @@ stream) cannot run, even though the work is on another thread. Long lists of int
 thread lets the loop have the GIL. Everything else goes through ``json`` as before, and the results are the
 same: :func:`loads` gives what ``json.loads`` gives (a body it cannot take apart is left to ``json.loads``
 whole, errors included), and :func:`dumps` writes what ``json.dumps(content, ensure_ascii=False,
-separators=(",", ":"))`` writes, lone surrogates escaped (:func:`~chatcodec.server.errors.json_bytes`).
+separators=(",", ":"))`` writes, lone surrogates escaped (:func:`~chatcodec.server.errors.json_bytes`). Long
+strings (``/detokenize``'s answer) are written a slice at a time too.
 
 >>> loads(b'{"tokens": [1, 2, 3]}')
 {'tokens': [1, 2, 3]}
@@ -28,6 +29,8 @@ __all__ = ["dumps", "loads"]
 
 #: how many characters of a list of numbers are parsed at once, and how many items are written at once
 _SLICE = 1 << 16
+#: characters of a long string written at once
+_TEXT_SLICE = 1 << 18
 #: lists of integers this long (in characters) are parsed slice by slice
 _LONG = 1 << 18
 #: the start of a list of numbers worth parsing apart, and what ends one
@@ -134,7 +137,13 @@ def dumps(content: dict[str, Any]) -> bytes:
         if isinstance(value, list) and len(value) > _SLICE:
             slices = [json_bytes(value[i : i + _SLICE])[1:-1] for i in range(0, len(value), _SLICE)]
             encoded = b"[" + b",".join(slices) + b"]"
+        elif isinstance(value, str) and len(value) > _TEXT_SLICE:  # each character is escaped on its own
+            encoded = b'"' + b"".join(_text_slices(value)) + b'"'
         else:
             encoded = json_bytes(value)
         parts.append(json_bytes(key) + b":" + encoded)
     return b"{" + b",".join(parts) + b"}"
+
+
+def _text_slices(text: str) -> list[bytes]:
+    return [json_bytes(text[i : i + _TEXT_SLICE])[1:-1] for i in range(0, len(text), _TEXT_SLICE)]
