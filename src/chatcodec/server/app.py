@@ -62,7 +62,7 @@ PLANNERS = 4
 #: how many /tokenize and /detokenize requests are worked on at once, on threads of their own: megabytes of
 #: text or ids take seconds, and on the planners' threads a few of them would hold up every chat. One: CPython
 #: gives the GIL to any thread that waits for it, so with two such jobs the event loop waited behind both at
-#: each of the dozen times a request needs the GIL (bench/bench_pressure.py: /health at p90 74 ms, 14-31 ms
+#: each of the dozen times a request needs the GIL (bench/bench_pressure.py: /health at p90 74 ms, 28-31 ms
 #: with one); the GIL runs one of them at a time anyway
 TOKENIZERS = 1
 #: how many grammars are built at once, on threads of their own: a schema near the budget takes a second or two
