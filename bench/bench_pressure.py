@@ -105,7 +105,7 @@ def watch(port: int, seconds: float) -> list[float]:
     return took
 
 
-def grammar_body() -> bytes:
+def grammar_body() -> dict[str, object]:
     """The grammar builder's worst within the model's context (tests/server/test_hardening_embedded.py): 550
     properties, then one that refers to itself first, built whole and refused for its left recursion (a 400)."""
     properties: dict[str, object] = {f"k{i}": {"type": "integer"} for i in range(550)}
@@ -113,7 +113,7 @@ def grammar_body() -> bytes:
     worst = {"type": "object", "properties": properties, "$defs": {"loop": {"anyOf": [{"$ref": "#/$defs/loop"}, {}]}}}
     tool = {"type": "function", "function": {"name": "f", "parameters": worst}}
     chat = {"messages": [{"role": "user", "content": "Hi"}], "tools": [tool], "tool_choice": "required"}
-    return json.dumps({**chat, "max_tokens": 2}).encode()
+    return {**chat, "max_tokens": 2}
 
 
 #: the loads, by name: what each client sends, one request after another
@@ -122,15 +122,13 @@ LOADS = ("token-strs", "detokenize", "chat-tokens", "grammar")
 
 def health_under_load(port: int, idle: float, seconds: float, names: list[str]) -> bool:
     rng = random.Random(29)
-    bodies = {
-        "token-strs": ("/tokenize", json.dumps({"prompt": hostile(rng, 2_000_000), "return_token_strs": True})),
-        "detokenize": ("/detokenize", json.dumps({"tokens": [rng.randrange(1000) for _ in range(1_500_000)]})),
-        "chat-tokens": ("/tokenize", json.dumps({"messages": [{"role": "user", "content": hostile(rng, 1 << 20)}]})),
+    made = {  # each body made only if its load runs
+        "token-strs": lambda: ("/tokenize", {"prompt": hostile(rng, 2_000_000), "return_token_strs": True}),
+        "detokenize": lambda: ("/detokenize", {"tokens": [rng.randrange(1000) for _ in range(1_500_000)]}),
+        "chat-tokens": lambda: ("/tokenize", {"messages": [{"role": "user", "content": hostile(rng, 1 << 20)}]}),
+        "grammar": lambda: ("/v1/chat/completions", grammar_body()),
     }
-    loads = [
-        ("/v1/chat/completions", grammar_body()) if name == "grammar" else (bodies[name][0], bodies[name][1].encode())
-        for name in names
-    ]
+    loads = [(path, json.dumps(body).encode()) for path, body in (made[name]() for name in names)]
     print(f"/health idle:   {quantiles(watch(port, idle))}", flush=True)
     stop = threading.Event()
     done: list[tuple[str, int]] = []

@@ -331,12 +331,12 @@ class GGUFTokenizer:
         ``list(zip(...))`` of a million spans held it for 0.15 s)."""
         data = text.encode("utf-8")
         get = self._pieces.get
-        found = _sliced(lambda part: map(get, part), ids)
+        found = _mapped(get, ids)
         if None in found:
             pieces = [self._piece(token) if piece is None else piece for token, piece in zip(ids, found, strict=True)]
         else:
             pieces = cast("list[bytes]", found)
-        lengths = _sliced(lambda part: map(len, part), pieces)
+        lengths = _mapped(len, pieces)
         extra = sum(lengths) - len(data)
         shift = extra if extra > 0 and _joined(pieces).endswith(data) else 0
         # where each token starts and ends in the bytes, clamped to them (the positions only grow)
@@ -353,8 +353,8 @@ class GGUFTokenizer:
         to_char.append(len(text))
         # a span ends after the character of its last byte; an empty one ends where it starts
         to_end = [0, *(i + 1 for i in itertools.islice(to_char, len(data)))]
-        firsts = _sliced(lambda part: map(to_char.__getitem__, part), bounds)
-        lasts = _sliced(lambda part: map(to_end.__getitem__, part), bounds)
+        firsts = _mapped(to_char.__getitem__, bounds)
+        lasts = _mapped(to_end.__getitem__, bounds)
         spans = _pairs(firsts, lasts, 1)
         if 0 in lengths:
             for index, length in enumerate(lengths):
@@ -363,11 +363,11 @@ class GGUFTokenizer:
         return spans
 
 
-def _sliced(step: Any, items: Sequence[Any]) -> list[Any]:
-    """What ``step`` makes of each slice of :data:`_SLICE` items, one after another: a C loop a slice at a time."""
+def _mapped(function: Any, items: Sequence[Any]) -> list[Any]:
+    """``list(map(function, items))``, a slice of :data:`_SLICE` items at a time."""
     out: list[Any] = []
     for at in range(0, len(items), _SLICE):
-        out += step(items[at : at + _SLICE])
+        out += map(function, items[at : at + _SLICE])
     return out
 
 

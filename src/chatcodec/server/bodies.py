@@ -138,12 +138,9 @@ def dumps(content: dict[str, Any]) -> bytes:
             slices = [json_bytes(value[i : i + _SLICE])[1:-1] for i in range(0, len(value), _SLICE)]
             encoded = b"[" + b",".join(slices) + b"]"
         elif isinstance(value, str) and len(value) > _TEXT_SLICE:  # each character is escaped on its own
-            encoded = b'"' + b"".join(_text_slices(value)) + b'"'
+            slices = [json_bytes(value[i : i + _TEXT_SLICE])[1:-1] for i in range(0, len(value), _TEXT_SLICE)]
+            encoded = b'"' + b"".join(slices) + b'"'
         else:
             encoded = json_bytes(value)
         parts.append(json_bytes(key) + b":" + encoded)
     return b"{" + b",".join(parts) + b"}"
-
-
-def _text_slices(text: str) -> list[bytes]:
-    return [json_bytes(text[i : i + _TEXT_SLICE])[1:-1] for i in range(0, len(text), _TEXT_SLICE)]
