@@ -13,8 +13,8 @@ import pytest
 import chatcodec.unrender as unrender
 from chatcodec import Limits, PromptMismatchError, load_template, parse_conversation
 
-#: the renders these tests make (20,000 turns read back and rendered) are not the subject here: the render's
-#: clock, 5 s by default, must not refuse one on a loaded machine
+#: the renders these tests make (the prompts of 20,000 turns, and what is read back) are not the subject here:
+#: the render's clock, 5 s by default, must not refuse one on a loaded machine
 UNHURRIED = Limits(timeout=600)
 
 
@@ -31,6 +31,7 @@ def _chat(turns: int, user: str = "question {i}", assistant: str = "answer {i}")
 def _prompts() -> dict[str, Callable[[], tuple[str, bool]]]:
     """Each prompt (made when its test runs), with whether it must be read (True) or may be refused."""
     qwen3 = load_template("qwen3")
+    qwen3.limits = UNHURRIED  # rendering 20,000 turns passed the 5 s clock on a loaded CI machine
     return {
         "25 turns plus one character": lambda: (qwen3.render(_chat(25)) + "x", False),
         "400 turns plus one character": lambda: (qwen3.render(_chat(400)) + "x", False),
@@ -104,6 +105,7 @@ def _count_work(monkeypatch: pytest.MonkeyPatch) -> list[unrender._Work]:
 def test_the_budget_is_linear_and_counts_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
     """The units spent never pass the budget, the budget grows with the prompt, and decoding is paid for."""
     qwen3 = load_template("qwen3")
+    qwen3.limits = UNHURRIED
     made = _count_work(monkeypatch)
     for turns in (100, 1000, 4000):
         prompt = qwen3.render(_chat(turns)) + "x"
