@@ -347,12 +347,11 @@ def test_tokenize_work_cannot_starve_chats_nor_chats_tokenize_work(monkeypatch: 
     """More /detokenize calls than there are planners, each waiting inside: a chat still answers; then every planner
     held by a chat that waits: /tokenize still answers. On one shared pool, either would wait for the release."""
     from chatcodec import ChatTemplate
-    from chatcodec.server import app as app_module
     from chatcodec.server.app import PLANNERS
 
     release_tokens, release_chats = threading.Event(), threading.Event()
     held: list[str] = []
-    parse = app_module._json
+    parse = bodies.parse
     render = ChatTemplate.render
 
     def waiting_parse(data: bytearray) -> Any:
@@ -367,7 +366,7 @@ def test_tokenize_work_cannot_starve_chats_nor_chats_tokenize_work(monkeypatch: 
             release_chats.wait(30)
         return render(self, messages, **options)
 
-    monkeypatch.setattr(app_module, "_json", waiting_parse)
+    monkeypatch.setattr(bodies, "parse", waiting_parse)
     monkeypatch.setattr(ChatTemplate, "render", waiting_render)
     app = create_app(ScriptedBackend(), load_template("chatml"))
 

@@ -31,15 +31,16 @@ from ..exceptions import BackendError, BackendTimeoutError, ChatcodecError, Inpu
 from ..render import ChatTemplate
 from ..tokens import Codec
 from ..vocab import TextTokenizer
-from . import bodies, heap
+from . import bodies, heap, offload
 from .access import AccessLog, Metered
-from .chat import ASK_TOKEN_IDS, ChatService, Generated, Outcome, Plan
+from .chat import ASK_TOKEN_IDS, ChatService, Generated, Outcome, Plan, with_constraint
 from .dialects import messages as anthropic
 from .dialects import responses as openresponses
 from .errors import APIError, json_bytes
 from .hosted import ROUNDS, HostedCall, HostedRun, HostedTools
 from .protocol import ChatRequest, parse_chat, parse_completion
 from .store import ResponseStore
+from .tokenizing import TokenRequests
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -55,18 +56,19 @@ _T = TypeVar("_T")
 #: the largest request body read, in bytes
 MAX_BODY = 8 * 1024 * 1024
 #: how many requests are read at once, each on a worker thread (the JSON body parsed and, for a chat, the
-#: prompt rendered and encoded and the constraint built): a long conversation takes seconds to encode (1.4 s
+#: prompt rendered and encoded): a long conversation takes seconds to encode (1.4 s
 #: for 2.5 MB), which on the event loop would stall every other request and stream; past this many, the
 #: next ones wait
 PLANNERS = 4
-#: how many /tokenize and /detokenize requests are worked on at once, on threads of their own: megabytes of
-#: text or ids take seconds, and on the planners' threads a few of them would hold up every chat. One: CPython
-#: gives the GIL to any thread that waits for it, so with two such jobs the event loop waited behind both at
-#: each of the dozen times a request needs the GIL (bench/bench_pressure.py: /health at p90 74 ms, 28-31 ms
-#: with one); the GIL runs one of them at a time anyway
+#: how many /tokenize and /detokenize requests are worked on at once: megabytes of text or ids take seconds, and
+#: with the planners a few of them would hold up every chat. The embedded model's are worked on in a child
+#: process (:mod:`.offload`), a remote engine's read and answered on a thread. One thread: CPython gives the GIL
+#: to any thread that waits for it, so with two such jobs the event loop waited behind both at each of the dozen
+#: times a request needs the GIL (bench/bench_pressure.py: /health at p90 74 ms, 28-31 ms with one)
 TOKENIZERS = 1
-#: how many grammars are built at once, on threads of their own: a schema near the budget takes a second or two
-#: to become a grammar, and on the planners' threads four such requests would hold every plain chat
+#: how many grammars are built at once, each in a child process (:mod:`.offload`): a schema near the budget
+#: takes a second or two to become a grammar, and on the planners' threads four such requests would hold every
+#: plain chat
 GRAMMARS = 2
 #: how long a request body may take to arrive, in seconds (then 408)
 BODY_TIMEOUT = 30.0
@@ -148,13 +150,6 @@ def freed_later(request: Request, value: object) -> None:
     request.scope.setdefault(_LARGE, []).append(value)
 
 
-def _json(data: bytearray) -> Any:
-    try:  # long lists of numbers a slice at a time, so that the event loop goes on meanwhile
-        return bodies.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise APIError(400, f"The request body is not valid JSON: {exc}", param="body") from None
-
-
 def create_app(
     backend: Backend,
     template: ChatTemplate,
@@ -202,26 +197,38 @@ def create_app(
     )
     hosted = HostedTools(toolbox) if toolbox is not None and toolbox.mcp_servers else None
 
-    # Three pools, so that one kind of work cannot starve another: chats are planned on one, tokenize and
-    # detokenize requests worked on the next, grammars built on the third; past their threads, requests wait
-    # their turn in their own queue.
+    # Pools, so that one kind of work cannot starve another: chats are planned on threads, the embedded model's
+    # tokenize and detokenize requests worked on in a child process and grammars built in others
+    # (:mod:`.offload`: with their own GIL, the event loop never waits for them); a remote engine's token
+    # requests are read and answered on a thread of their own. Past their workers, requests wait their turn in
+    # their own queue.
     planners = ThreadPoolExecutor(PLANNERS, thread_name_prefix="chatcodec-plan")
     tokenizers = ThreadPoolExecutor(TOKENIZERS, thread_name_prefix="chatcodec-tokens")
-    grammars = ThreadPoolExecutor(GRAMMARS, thread_name_prefix="chatcodec-grammar")
+    token_requests = TokenRequests(template, codec, polyfill=polyfill, context_length=backend.info.context_length)
+    # the embedded model's tokenizer: its /tokenize and /detokenize answers are made whole in a child
+    local = getattr(backend, "tokenizer", None)
+    local = local if isinstance(local, GGUFTokenizer) else None
+    settings = dict(polyfill=polyfill, context_length=backend.info.context_length)
+    grammars = offload.Offload(offload.Recipe.of(template, **settings), workers=GRAMMARS, what="grammar")
+    token_child = None
+    if local is not None:
+        recipe = offload.Recipe.of(template, **settings, gguf=str(local.path))
+        token_child = offload.Offload(recipe, workers=TOKENIZERS, what="tokenizer")
 
     async def off_the_loop(work: Callable[[], _T], pool: ThreadPoolExecutor = planners) -> _T:
         """``work()`` on a thread of ``pool`` (the planners', by default)."""
         return await asyncio.get_running_loop().run_in_executor(pool, work)
 
     async def constrained(plan: Plan) -> Plan:
-        """``plan`` with its grammar built on the grammar pool (none: ``plan`` as it is)."""
+        """``plan`` with its grammar built in a grammar child (none: ``plan`` as it is)."""
         if plan.pending is None:
             return plan
-        return await off_the_loop(functools.partial(service.constrain, plan), grammars)
+        constraint, seconds = await grammars.run(offload.constrain, plan.pending)
+        return with_constraint(plan, constraint, seconds)
 
     async def read_json(request: Request) -> Any:
         """The request's JSON body, parsed on a worker thread (8 MiB of JSON takes tens of milliseconds)."""
-        return await off_the_loop(functools.partial(_json, await _read_body(request, max_body, body_timeout)))
+        return await off_the_loop(functools.partial(bodies.parse, await _read_body(request, max_body, body_timeout)))
 
     def guarded(
         handler: Callable[[Request], Awaitable[Response]], shape: Callable[[APIError], Response] = _error
@@ -261,7 +268,7 @@ def create_app(
 
     def plan_chat(data: bytearray) -> Plan:
         started = time.thread_time()
-        req = parse_chat(_json(data))
+        req = parse_chat(bodies.parse(data))
         service.check_model(req.model)
         plan = service.plan(req, constrain=False)
         plan.setup = time.thread_time() - started
@@ -281,7 +288,7 @@ def create_app(
 
     def plan_responses(data: bytearray) -> tuple[openresponses.ResponsesRequest, Plan]:
         started = time.thread_time()
-        req = openresponses.parse_responses(_json(data), store.get if store is not None else None, hosted)
+        req = openresponses.parse_responses(bodies.parse(data), store.get if store is not None else None, hosted)
         service.check_model(req.chat.model)
         plan = service.plan(req.chat, constrain=False)
         plan.setup = time.thread_time() - started
@@ -386,7 +393,7 @@ def create_app(
 
     def plan_messages(data: bytearray) -> Plan:
         started = time.thread_time()
-        req = anthropic.parse_messages(_json(data))
+        req = anthropic.parse_messages(bodies.parse(data))
         service.check_model(req.model)
         plan = service.plan(req, constrain=False)
         plan.setup = time.thread_time() - started
@@ -416,7 +423,7 @@ def create_app(
             yield events.error(_backend_error(exc))
 
     def count_request(data: bytearray) -> tuple[list[int] | None, str]:
-        req = anthropic.parse_messages(_json(data), counting=True)
+        req = anthropic.parse_messages(bodies.parse(data), counting=True)
         service.check_model(req.model)
         plan = service.plan(req, constrain=False)  # only the prompt is counted: no grammar
         prompt = plan.generation.prompt
@@ -521,78 +528,24 @@ def create_app(
 
         return JSONResponse(await _until_disconnect(request, whole()))
 
-    def tokenize_request(data: bytearray) -> tuple[dict[str, Any], str, list[int] | None]:
-        """The request of a /tokenize call, its text, and its ids (None: the backend tokenizes the text)."""
-        body = _json(data)
-        if not isinstance(body, dict):
-            raise APIError(400, "The request body must be a JSON object.", param="body")
-        if "messages" not in body:
-            prompt = body.get("prompt")
-            if not isinstance(prompt, str):
-                raise APIError(400, "prompt must be a string (or give messages).", param="prompt")
-            return body, prompt, None
-        add_generation_prompt = body.get("add_generation_prompt", True)
-        if not isinstance(add_generation_prompt, bool):
-            raise APIError(400, "add_generation_prompt must be true or false.", param="add_generation_prompt")
-        chat_body = {k: v for k, v in body.items() if k in ("messages", "tools", "chat_template_kwargs")}
-        req = parse_chat(chat_body)
-        kwargs = dict(req.chat_template_kwargs)
-        options: dict[str, Any] = dict(tools=req.tools, add_generation_prompt=add_generation_prompt, **kwargs)
-        try:
-            if codec is not None:
-                encoding = codec.encode(req.messages, polyfill=polyfill, **options)
-                return body, encoding.text, encoding.input_ids
-            return body, template.render(req.messages, polyfill=polyfill, **options), None
-        except ChatcodecError as exc:
-            raise APIError(400, f"The chat template refused the request: {exc}", param="messages") from None
-
-    # the embedded model's tokenizer: a /tokenize or /detokenize answer is made whole on one worker, its
-    # millions of ids and texts made and freed there (freed on the event loop, 1.5 million ids held it 50-200 ms)
-    local = getattr(backend, "tokenizer", None)
-    local = local if isinstance(local, GGUFTokenizer) else None
-
-    def tokens_answer(ids: list[int], token_strs: list[str] | None) -> dict[str, Any]:
-        answer: dict[str, Any] = {"count": len(ids), "max_model_len": backend.info.context_length, "tokens": ids}
-        if token_strs is not None:
-            answer["token_strs"] = token_strs
-        return answer
-
-    def tokenized_here(data: bytearray, tokenizer: GGUFTokenizer) -> bytes:
-        body, text, ids = tokenize_request(data)
-        if ids is None:
-            ids = tokenizer.tokenize(text, special=True)
-        token_strs = tokenizer.token_texts(ids) if body.get("return_token_strs") else None
-        return bodies.dumps(tokens_answer(ids, token_strs))
-
     async def tokenize(request: Request) -> Response:
         data = await _read_body(request, max_body, body_timeout)
-        if local is not None:
-            content = await off_the_loop(functools.partial(tokenized_here, data, local), tokenizers)
-            return Response(content, media_type="application/json")
-        body, text, ids = await off_the_loop(functools.partial(tokenize_request, data), tokenizers)
+        if token_child is not None:
+            return Response(await token_child.run(offload.tokenize, data), media_type="application/json")
+        body, text, ids = await off_the_loop(functools.partial(token_requests.tokenize_request, data), tokenizers)
         if ids is None:
             ids = await backend.tokenize(text)
         freed_later(request, ids)
         token_strs = [await backend.detokenize([i]) for i in ids] if body.get("return_token_strs") else None
-        content = await off_the_loop(functools.partial(bodies.dumps, tokens_answer(ids, token_strs)), tokenizers)
+        answer = token_requests.tokens_answer(ids, token_strs)
+        content = await off_the_loop(functools.partial(bodies.dumps, answer), tokenizers)
         return Response(content, media_type="application/json")
-
-    def detokenize_request(data: bytearray) -> list[int]:
-        body = _json(data)
-        ids = body.get("tokens") if isinstance(body, dict) else None
-        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-            raise APIError(400, "tokens must be a list of token ids.", param="tokens")
-        return ids
-
-    def detokenized_here(data: bytearray, tokenizer: GGUFTokenizer) -> bytes:
-        return bodies.dumps({"prompt": tokenizer.detokenize_text(detokenize_request(data))})
 
     async def detokenize(request: Request) -> Response:
         data = await _read_body(request, max_body, body_timeout)
-        if local is not None:
-            content = await off_the_loop(functools.partial(detokenized_here, data, local), tokenizers)
-            return Response(content, media_type="application/json")
-        ids = await off_the_loop(functools.partial(detokenize_request, data), tokenizers)
+        if token_child is not None:
+            return Response(await token_child.run(offload.detokenize, data), media_type="application/json")
+        ids = await off_the_loop(functools.partial(token_requests.detokenize_request, data), tokenizers)
         freed_later(request, ids)
         text = await backend.detokenize(ids)
         content = await off_the_loop(functools.partial(bodies.dumps, {"prompt": text}), tokenizers)
@@ -633,9 +586,16 @@ def create_app(
         for extra in ({}, {"tools": [probe_tool], "tool_choice": "required"}):
             with contextlib.suppress(APIError, ChatcodecError):
                 service.plan(parse_chat({"messages": [{"role": "user", "content": "Hi"}], **extra}))
+        children = [pool for pool in (grammars, token_child) if pool is not None]
+        starting = [asyncio.ensure_future(child.start()) for child in children]  # while the model warms up
         warm = getattr(backend, "warm", None)
         if warm is not None:  # the embedded model: its first evaluation, before the first request
             await warm()
+        for child, started in zip(children, starting, strict=True):
+            try:
+                await started
+            except APIError:  # its requests answer 500 and start another; the server serves the rest
+                log.error("the %s process could not start: see the lines above", child.what)
         connect = getattr(backend, "connect", None)
         if connect is not None:
             try:
@@ -658,8 +618,10 @@ def create_app(
             await toolbox.aclose()
         await backend.aclose()
         planners.shutdown(wait=False, cancel_futures=True)
-        grammars.shutdown(wait=False, cancel_futures=True)
         tokenizers.shutdown(wait=False, cancel_futures=True)
+        grammars.shutdown()
+        if token_child is not None:
+            token_child.shutdown()
 
     routes = [
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),

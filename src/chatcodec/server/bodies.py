@@ -23,9 +23,9 @@ import re
 import secrets
 from typing import Any
 
-from .errors import json_bytes
+from .errors import APIError, json_bytes
 
-__all__ = ["dumps", "loads"]
+__all__ = ["dumps", "loads", "parse"]
 
 #: how many characters of a list of numbers are parsed at once, and how many items are written at once
 _SLICE = 1 << 16
@@ -59,6 +59,14 @@ def loads(data: bytes | bytearray) -> Any:
     pieces.append(bytes(data[at:]))
     value = json.loads(b"".join(pieces))
     return _put_back(value, mark, lists)
+
+
+def parse(data: bytes | bytearray) -> Any:
+    """A request body's JSON value (:func:`loads`), or a 400 that says why it is not JSON."""
+    try:
+        return loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise APIError(400, f"The request body is not valid JSON: {exc}", param="body") from None
 
 
 def _number_runs(data: bytes | bytearray) -> list[tuple[int, int]]:

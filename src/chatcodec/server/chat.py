@@ -8,13 +8,12 @@ stream of chunks. It keeps its own time apart from the backend's, per request (:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,9 +27,9 @@ from ..render import ChatTemplate
 from ..tokens import Codec
 from .constrain import Frame, learn_frame, response_constraint, text_constraint, thinking_for, tool_constraint
 from .errors import APIError
-from .protocol import EFFORTS, ChatRequest
+from .protocol import EFFORTS, ChatRequest, ResponseFormat
 
-__all__ = ["ASK_TOKEN_IDS", "ChatService", "Generated", "Outcome", "Overhead", "Plan"]
+__all__ = ["ASK_TOKEN_IDS", "ChatService", "Generated", "Outcome", "Overhead", "Pending", "Plan", "with_constraint"]
 
 log = logging.getLogger("chatcodec.server")
 
@@ -119,8 +118,50 @@ class Plan:
     reasoning_ignored: str | None = None
     #: the gateway's CPU time before generation (parsing the request, rendering, the grammar), in seconds
     setup: float = 0.0
-    #: the constraint still to build (``plan(req, constrain=False)``): :meth:`ChatService.constrain` builds it
-    pending: Callable[[], Constraint | None] | None = None
+    #: the constraint still to build (``plan(req, constrain=False)``): :meth:`ChatService.constrain` builds it, or
+    #: a child process does (:mod:`chatcodec.server.offload`)
+    pending: Pending | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A request's constraint still to build: what its grammar is made of, as plain data, so that a child process
+    with its own copy of the template can build it (:meth:`build`) as the server would."""
+
+    format_name: str
+    kwargs: Mapping[str, Any]
+    tools: list[dict[str, Any]] | None
+    tool_choice: Any
+    parallel: bool
+    response_format: ResponseFormat | None
+
+    @classmethod
+    def of(cls, req: ChatRequest, format_name: str, kwargs: Mapping[str, Any]) -> Pending:
+        return cls(format_name, kwargs, req.tools, req.tool_choice, req.parallel_tool_calls, req.response_format)
+
+    def build(self, template: ChatTemplate) -> Constraint | None:
+        """The constraint, in the output syntax of the format (400 errors for a schema no grammar can follow)."""
+        enable = self.kwargs.get("enable_thinking")
+        thinking = thinking_for(template, enable if isinstance(enable, bool) else None)
+        tools, choice = self.tools, self.tool_choice
+        try:
+            if tools and choice not in ("none", "auto"):
+                frame = _frame(template, self.format_name, self.kwargs)
+                return tool_constraint(
+                    self.format_name, tools, choice, parallel=self.parallel, frame=frame, thinking=thinking
+                )
+            if self.response_format is not None:
+                return response_constraint(self.response_format, thinking)
+            if tools and choice == "auto":
+                frame = _frame(template, self.format_name, self.kwargs)
+                return tool_constraint(
+                    self.format_name, tools, "auto", parallel=self.parallel, frame=frame, thinking=thinking
+                )
+            if tools and choice == "none" and self.format_name == "generic":
+                return text_constraint(thinking)
+        except InputError as exc:
+            raise APIError(400, f"Cannot constrain generation to the schema: {exc}", param="tools") from None
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +265,8 @@ class ChatService:
         except ChatcodecError as exc:
             raise APIError(400, str(exc), param="messages") from None
         dec = self._decoder(req, kwargs)
-        pending = functools.partial(self._constraint, req, dec.name, kwargs)
-        constraint = pending() if constrain else None
+        pending = Pending.of(req, dec.name, kwargs)
+        constraint = pending.build(self.template) if constrain else None
         stops = tuple(dict.fromkeys(req.stop))
         generation = Generation(
             ids if ids is not None else prompt,
@@ -250,12 +291,7 @@ class ChatService:
         if plan.pending is None:
             return plan
         started = time.thread_time()
-        constraint = plan.pending()
-        generation = dataclasses.replace(plan.generation, constraint=constraint)
-        return dataclasses.replace(
-            plan, generation=generation, constrained=constraint is not None, pending=None,
-            setup=plan.setup + time.thread_time() - started,
-        )  # fmt: skip
+        return with_constraint(plan, plan.pending.build(self.template), time.thread_time() - started)
 
     @staticmethod
     def _needs_constraint(req: ChatRequest, format_name: str) -> bool:
@@ -357,41 +393,6 @@ class ChatService:
             return decoder_for(self.template, tools=tools, enable_thinking=thinking, polyfill=polyfill)
         except ChatcodecError as exc:
             raise APIError(400, str(exc), param="chat_template_kwargs") from None
-
-    def _constraint(self, req: ChatRequest, format_name: str, kwargs: Mapping[str, Any]) -> Constraint | None:
-        enable = kwargs.get("enable_thinking")
-        thinking = thinking_for(self.template, enable if isinstance(enable, bool) else None)
-        try:
-            if req.tools and req.tool_choice not in ("none", "auto"):
-                frame = self._frame(format_name, kwargs)
-                return tool_constraint(
-                    format_name,
-                    req.tools,
-                    req.tool_choice,
-                    parallel=req.parallel_tool_calls,
-                    frame=frame,
-                    thinking=thinking,
-                )
-            if req.response_format is not None:
-                return response_constraint(req.response_format, thinking)
-            if req.tools and req.tool_choice == "auto":
-                frame = self._frame(format_name, kwargs)
-                return tool_constraint(
-                    format_name, req.tools, "auto", parallel=req.parallel_tool_calls, frame=frame, thinking=thinking
-                )
-            if req.tools and req.tool_choice == "none" and format_name == "generic":
-                return text_constraint(thinking)
-        except InputError as exc:
-            raise APIError(400, f"Cannot constrain generation to the schema: {exc}", param="tools") from None
-        return None
-
-    def _frame(self, format_name: str, kwargs: Mapping[str, Any]) -> Frame | None:
-        if format_name in ("generic", "content"):
-            return None
-        key = json.dumps(dict(kwargs), sort_keys=True, default=str)
-        if len(key) > _FRAME_KEY:  # not remembered: 64 keys of megabytes would be a cache of gigabytes
-            return learn_frame(self.template, kwargs)
-        return _frame_for(self.template, key)
 
     # --- answering ----------------------------------------------------------------------------------------
 
@@ -729,6 +730,23 @@ def effort_scale(source: str) -> tuple[str, ...]:
     """The reasoning efforts a template that reads ``reasoning_effort`` takes: low, medium and high, and any other
     of OpenAI's (none, minimal) that its source names as a string."""
     return tuple(e for e in EFFORTS if e in ("low", "medium", "high") or f'"{e}"' in source or f"'{e}'" in source)
+
+
+def with_constraint(plan: Plan, constraint: Constraint | None, seconds: float) -> Plan:
+    """``plan`` with its pending constraint, built in ``seconds`` of CPU time."""
+    generation = dataclasses.replace(plan.generation, constraint=constraint)
+    return dataclasses.replace(
+        plan, generation=generation, constrained=constraint is not None, pending=None, setup=plan.setup + seconds
+    )
+
+
+def _frame(template: ChatTemplate, format_name: str, kwargs: Mapping[str, Any]) -> Frame | None:
+    if format_name in ("generic", "content"):
+        return None
+    key = json.dumps(dict(kwargs), sort_keys=True, default=str)
+    if len(key) > _FRAME_KEY:  # not remembered: 64 keys of megabytes would be a cache of gigabytes
+        return learn_frame(template, kwargs)
+    return _frame_for(template, key)
 
 
 @lru_cache(maxsize=64)
