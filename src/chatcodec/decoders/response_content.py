@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import json.scanner
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..exceptions import DecodeError
 
-__all__ = ["PARSERS", "cast_arguments", "parse_content", "regex_module", "tool_params"]
+__all__ = ["PARSERS", "cast_arguments", "content_parser", "parse_content", "regex_module", "tool_params"]
 
 #: transformers 5.24's content parsers; the structured ones parse a region when it closes
 PARSERS = ("text", "int", "float", "bool", "json", "xml-inline", "kv-lines", "python-call-list")
@@ -52,6 +53,126 @@ def parse_content(parser: str, text: str, args: Mapping[str, Any]) -> Any:
     if parser == "float":
         return float(stripped)
     return stripped.lower() in ("true", "1")
+
+
+def content_parser(parser: str, args: Mapping[str, Any]) -> Callable[[str], Any]:
+    """:func:`parse_content` with ``parser`` and ``args`` fixed: a function of the region's text, with what
+    does not depend on the text (which knobs apply, the tag pattern, the value parser) settled once.
+
+    >>> parse = content_parser("json", {"allow_non_json": True})
+    >>> parse(' {"a": [1, 2]} '), parse(" hi ")
+    ({'a': [1, 2]}, 'hi')
+    """
+    if parser == "json":
+        return _json_reader(args)
+    if parser == "xml-inline" and not isinstance(args["tag_pattern"], str):
+        return _xml_reader(args)
+    if parser == "text":
+        return str.strip if args.get("strip", True) else _same_text
+    return lambda text: parse_content(parser, text, args)
+
+
+def _same_text(text: str) -> str:
+    return text
+
+
+#: the C scanner ``json.loads`` runs, called directly: the value at a position and where it ends
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+_NOT_JSON = object()
+
+
+def _loaded(text: str) -> Any:
+    """``json.loads(text)``, or :data:`_NOT_JSON` when ``text`` is not one JSON value (a text that cannot
+    start one is known by its first character, without the parser)."""
+    rest = text.lstrip(_JSON_SPACE)
+    if rest[:1] in _JSON_STARTS:
+        try:
+            value, end = _scan_json(text, len(text) - len(rest))
+        except (json.JSONDecodeError, StopIteration):  # what json.loads reports as a JSONDecodeError
+            return _NOT_JSON
+        if end == len(text) or not text[end:].lstrip(_JSON_SPACE):  # else json.loads' "Extra data"
+            return value
+    return _NOT_JSON
+
+
+def _json_reader(args: Mapping[str, Any]) -> Callable[[str], Any]:
+    """The ``json`` parser of ``args``: :func:`_json` with its delimiter expressions compiled once and
+    ``json.loads``' own scan called without its wrappers. Arguments it does not read as pairs of strings
+    are left to :func:`_json`, which fails on them as it always has, when a region is parsed."""
+    delims = args.get("string_delims") or []
+    pairs = list(delims) if isinstance(delims, list | tuple) else None
+    if pairs is None or not all(
+        isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(d, str) for d in pair) for pair in pairs
+    ):
+        return lambda text: _json(text, args)
+    subs = [re.compile(re.escape(open_d) + r"(.*?)" + re.escape(close_d), re.DOTALL) for open_d, close_d in pairs]
+    unquoted = bool(args.get("unquoted_keys"))
+    allow_non_json, strip = bool(args.get("allow_non_json")), bool(args.get("strip", True))
+
+    def parse(text: str) -> Any:
+        working = text
+        if subs:
+            if _OPEN_MARK in text or _CLOSE_MARK in text:
+                raise ValueError("the text holds the characters \\x01 or \\x02 that string_delims reserves")
+            saved: list[str] = []
+
+            def keep(m: re.Match[str]) -> str:
+                saved.append(m.group(1))
+                return f"{_OPEN_MARK}{len(saved) - 1}{_CLOSE_MARK}"
+
+            for pattern in subs:
+                working = pattern.sub(keep, working)
+        if unquoted:
+            working = _BARE_KEY.sub(_quoted_key, working)
+        if subs:
+            for i, kept in enumerate(saved):
+                working = working.replace(f"{_OPEN_MARK}{i}{_CLOSE_MARK}", json.dumps(kept))
+        value = _loaded(working)
+        if value is not _NOT_JSON:
+            return value
+        if allow_non_json:
+            return text.strip() if strip else text
+        raise ValueError(f"the region is not JSON: {text[:60]!r}")
+
+    return parse
+
+
+def _quoted_key(m: re.Match[str]) -> str:
+    return m.group(0) if m.group(2) is None else f'{m.group(1)}"{m.group(2)}"{m.group(3)}:'
+
+
+def _xml_reader(args: Mapping[str, Any]) -> Callable[[str], dict[str, Any]]:
+    """The ``xml-inline`` parser of a compiled ``tag_pattern``: :func:`_xml_inline` with its value parser
+    and the pattern's groups looked up once."""
+    pattern = args["tag_pattern"]
+    merge = bool(args.get("merge_duplicates"))
+    value_parser = args.get("value_parser")
+    sub = _value_parser(value_parser) if isinstance(value_parser, Mapping) else None
+    if "key" not in pattern.groupindex or "value" not in pattern.groupindex or merge:
+        return lambda text: _xml_inline(text, args)
+
+    def parse(text: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for m in pattern.finditer(text):
+            key, raw = m.group("key", "value")
+            if key is None:
+                raise ValueError("the tag_pattern has no group named 'key'")
+            raw = raw or ""
+            out[key] = raw if sub is None else sub(raw)
+        return out
+
+    return parse
+
+
+def _value_parser(spec: Mapping[str, Any]) -> Callable[[str], Any]:
+    """What :func:`_sub` does with a ``value_parser`` spec, settled once when it is plain (else :func:`_sub`
+    itself, its errors at parse time as before)."""
+    name, args = spec.get("name", "text"), spec.get("args", {})
+    if isinstance(args, Mapping) and name in ("text", "json") and not (set(args) - {"strip", "allow_non_json"}):
+        return content_parser(name, args)
+    return lambda raw: _sub(raw, spec)
 
 
 _OPEN_MARK, _CLOSE_MARK = "\x01", "\x02"
@@ -264,9 +385,19 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 # -- casting arguments by the tools' schemas (transformers' rules) -------------------------------------------
 
 
+#: the parameter types :func:`_cast` reads a string as; a parameter of none of them (a string, an enum of
+#: strings, an untyped one) is never changed by casting, so it is not listed at all
+_CASTS = frozenset({"integer", "number", "boolean", "null", "object", "array"})
+
+
 def tool_params(tools: Iterable[Any] | None) -> dict[str, Mapping[str, tuple[str, ...]]]:
     """Each tool's parameter types by name (``{tool: {parameter: types}}``), read from its schema once, so
-    that casting a call's arguments looks nothing up in the schema again."""
+    that casting a call's arguments looks nothing up in the schema again. Only the parameters casting can
+    change are listed: a tool whose entry is empty casts nothing, and a call to it is not copied.
+
+    >>> tool_params([{"name": "f", "parameters": {"properties": {"s": {"type": "string"}, "n": {"type": "integer"}}}}])
+    {'f': {'n': ('integer',)}}
+    """
     found: dict[str, Mapping[str, tuple[str, ...]]] = {}
     for tool in tools or ():
         fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
@@ -274,7 +405,7 @@ def tool_params(tools: Iterable[Any] | None) -> dict[str, Mapping[str, tuple[str
             params = fn.get("parameters")
             props = params.get("properties") if isinstance(params, Mapping) else None
             typed = {key: _types(schema) for key, schema in props.items()} if isinstance(props, Mapping) else {}
-            found[fn["name"]] = {key: types for key, types in typed.items() if types}
+            found[fn["name"]] = {key: types for key, types in typed.items() if _CASTS.intersection(types)}
     return found
 
 

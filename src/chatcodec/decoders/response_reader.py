@@ -40,7 +40,7 @@ from .format import Decoder, Format
 from .machine import MachineBase, Options, ThinkSpec
 from .prompt import as_template, generation_prompt
 from .registry import make_decoder
-from .response_content import PARSERS, cast_arguments, parse_content, regex_module, tool_params
+from .response_content import PARSERS, cast_arguments, content_parser, regex_module, tool_params
 
 __all__ = ["ResponseMachine", "ResponseTemplate", "decoder_from_response_template", "load_response_template"]
 
@@ -89,8 +89,11 @@ class Field:
     args: Mapping[str, Any]
     transform: Any
     transform_each: bool
-    #: the transform compiled (:func:`_shaper`): a scope in, the transformed value out
-    shape: Callable[[Mapping[str, Any]], Any] | None = None
+    #: the transform compiled (:func:`_shaper`): the captures and the parsed content in (with
+    #: ``transform_each``, one scope per item), the transformed value out
+    shape: Callable[..., Any] | None = None
+    #: the content parser with its arguments settled (:func:`~.response_content.content_parser`)
+    parse: Callable[[str], Any] = str.strip
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +104,11 @@ class ResponseTemplate:
     fields: tuple[Field, ...]
     implicit: Field | None
     anchor: Delimiter
-    #: what is watched outside every explicit region, and inside each: ``(0 open | 1 close, field, pattern, slot)``
-    idle: tuple[tuple[int, Field, Any, int], ...] = ()
-    closes: Mapping[str, tuple[tuple[int, Field, Any, int], ...]] = dataclasses.field(default_factory=dict)
+    #: what a whole read watches outside every explicit region, and inside each (:func:`_watch`)
+    idle: tuple[Watched, ...] = ()
+    closes: Mapping[str, tuple[Watched, ...]] = dataclasses.field(default_factory=dict)
+    #: how many searches a whole read keeps (one per watched pattern)
+    slots: int = 0
 
     def tail(self, prompt: str) -> str:
         """The part of ``prompt`` after the last start anchor (all of it if there is none), as
@@ -150,11 +155,11 @@ def load_response_template(spec: Any) -> ResponseTemplate:
     if anchor is None:
         raise DecodeError("The response template needs a start_anchor or a start_anchor_pattern.")
     sink = implicit[0] if implicit else None
-    count = len(fields)
-    opens = [(0, f, f.open.whole, i) for i, f in enumerate(fields) if f.open is not None]
-    closes = {f.name: ((1, f, f.close.whole, count + i),) if f.close else () for i, f in enumerate(fields)}
-    idle = (*opens, *(closes[sink.name] if sink else ()))
-    return ResponseTemplate(spec, fields, sink, anchor, idle, closes)
+    opens = [(0, f, f.open) for f in fields if f.open is not None]
+    slots = [0]
+    closes = {f.name: _watch([(1, f, f.close)], slots) if f.close else () for f in fields}
+    idle = _watch([*opens, *([(1, sink, sink.close)] if sink and sink.close else [])], slots)
+    return ResponseTemplate(spec, fields, sink, anchor, idle, closes, slots[0])
 
 
 def _field(rx: Any, name: str, raw: Any) -> Field:
@@ -199,8 +204,8 @@ def _field(rx: Any, name: str, raw: Any) -> Field:
             args = {**args, "tag_pattern": _whole_pattern(rx.compile(args["tag_pattern"], rx.DOTALL))}
         except rx.error as exc:
             raise DecodeError(f"{scope}: the tag_pattern is not a valid regular expression: {exc}.") from None
-    shape = None if transform is None else _shaper(transform)
-    return Field(name, role, opener, closer, parser, args, transform, each, shape)
+    shape = None if transform is None else _shaper(transform, each)
+    return Field(name, role, opener, closer, parser, args, transform, each, shape, content_parser(parser, args))
 
 
 def _delimiter(rx: Any, scope: str, raw: Mapping[str, Any], literal_key: str, pattern_key: str) -> Delimiter | None:
@@ -224,7 +229,7 @@ def _delimiter(rx: Any, scope: str, raw: Mapping[str, Any], literal_key: str, pa
             compiled = rx.compile(pattern, rx.DOTALL)
         except rx.error as exc:
             raise DecodeError(f"{scope}: {pattern_key} is not a valid regular expression: {exc}.") from None
-        return Delimiter(compiled, None, False, _whole_pattern(compiled))
+        return Delimiter(compiled, None, False, _delimiter_search(compiled))
     return None
 
 
@@ -238,6 +243,217 @@ def _whole_pattern(compiled: Any) -> Any:
         return re.compile(compiled.pattern, re.DOTALL)
     except (re.error, ValueError, OverflowError):
         return compiled
+
+
+#: how a lookahead spells "any text, then": ``(?=[\s\S]*?</think>)`` holds wherever ``</think>`` is still ahead
+_ANY_RUN = re.compile(r"(?:\[\\s\\S\]|\[\\S\\s\]|\[\\d\\D\]|\[\\D\\d\]|\[\\w\\W\]|\[\\W\\w\]|\.)\*\??")
+_EMPTY = re.compile("")
+_INLINE_FLAGS = re.compile(r"\(\?[-a-zA-Z^]")
+
+
+class _Ahead:
+    """``(?=<any text>R)`` searched as one search of ``R``: the lookahead holds at a position exactly when
+    ``R`` matches at or after it, so it holds from ``pos`` if anywhere after, and the match is empty at
+    ``pos``. The engine's own search tries the whole lookahead at every position: quadratic in the text
+    when ``R`` is not there. Only for a pattern without groups, whose match is then only its place."""
+
+    __slots__ = ("ahead",)
+
+    def __init__(self, ahead: re.Pattern[str]) -> None:
+        self.ahead = ahead
+
+    def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
+        return _EMPTY.match(text, pos) if self.ahead.search(text, pos) is not None else None
+
+
+class _HereOrAhead:
+    """``A|\\G(?=<any text>R)`` (a ``regex`` pattern: ``\\G`` is where the search starts) searched with the
+    standard library: at ``pos`` the alternatives are tried in their order, ``A`` first, then the lookahead
+    (:class:`_Ahead`); after ``pos`` only ``A`` can match. Only for a pattern without groups."""
+
+    __slots__ = ("ahead", "first")
+
+    def __init__(self, first: re.Pattern[str], ahead: re.Pattern[str]) -> None:
+        self.first, self.ahead = first, ahead
+
+    def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
+        m = self.first.search(text, pos)
+        if (m is None or m.start() != pos) and self.ahead.search(text, pos) is not None:
+            return _EMPTY.match(text, pos)
+        return m
+
+
+def _delimiter_search(compiled: Any) -> Any:
+    """What a whole text's delimiter is searched with: :func:`_whole_pattern`, or for a pattern that is
+    (or ends in a ``\\G`` alternative that is) one lookahead over any text, :class:`_Ahead` or
+    :class:`_HereOrAhead`, which give the same match in one linear search."""
+    whole = _whole_pattern(compiled)
+    if compiled.groups or _INLINE_FLAGS.search(compiled.pattern):  # a flag would not reach every part
+        return whole
+    alternatives = _top_level_alternatives(compiled.pattern)
+    if alternatives is None:
+        return whole
+    *firsts, last = alternatives
+    here = last.startswith("\\G")
+    ahead = _ahead_of(last[2:] if here else last)
+    if ahead is None or (here and not firsts) or (not here and firsts):
+        return whole
+    if not here:
+        return _Ahead(ahead)
+    try:
+        first = re.compile("|".join(firsts), re.DOTALL)
+    except (re.error, ValueError, OverflowError):
+        return whole
+    return _HereOrAhead(first, ahead)
+
+
+def _ahead_of(lookahead: str) -> re.Pattern[str] | None:
+    """``R`` compiled when ``lookahead`` is ``(?=<any text>R)`` with no alternative outside a group of ``R``
+    (``(?=[\\s\\S]*?a|b)`` is not one: ``b`` must be right there), else None."""
+    run = _ANY_RUN.match(lookahead, 3)
+    if not lookahead.startswith("(?=") or not lookahead.endswith(")") or run is None:
+        return None
+    rest = lookahead[run.end() : -1]
+    split = _top_level_alternatives(rest)
+    if split is None or len(split) != 1:
+        return None
+    try:
+        ahead = re.compile(rest, re.DOTALL)
+        re.compile(lookahead[3:-1], re.DOTALL)  # else the lookahead closes before the end: (?=a)(?=b)
+    except (re.error, ValueError, OverflowError):
+        return None
+    return None if ahead.groups else ahead
+
+
+def _top_level_alternatives(pattern: str) -> list[str] | None:
+    """``pattern`` split at its top-level ``|`` (none inside a group, a class or an escape), or None when
+    it holds a construct this reading does not follow (a nested class, an unbalanced group).
+
+    >>> _top_level_alternatives(r"<a>|\\G(?=[\\s\\S]*?(?:x|[|)]))")
+    ['<a>', '\\\\G(?=[\\\\s\\\\S]*?(?:x|[|)]))']
+    """
+    parts, depth, start, i, n = [], 0, 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            j = i + 1
+            if pattern.startswith("^", j):
+                j += 1
+            if pattern.startswith("]", j):
+                j += 1
+            while j < n and pattern[j] != "]":
+                if pattern[j] == "[":
+                    return None  # a nested set (the regex module's V1), or a literal "[" we need not guess at
+                j += 2 if pattern[j] == "\\" else 1
+            if j >= n:
+                return None
+            i = j + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif c == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    if depth:
+        return None
+    parts.append(pattern[start:])
+    return parts
+
+
+#: one delimiter a whole read watches for: ``(0 open | 1 close, its field, its place in the watch, its groups)``
+Member = tuple[int, Field, int, tuple[str, ...]]
+#: one search a whole read makes: ``(pattern, slot, the member it finds, None)``, or for delimiters searched
+#: together ``(their pattern, slot, the first of them, ((literal text one of them begins with, that one), ...))``
+Watched = tuple[Any, int, Member, tuple[tuple[str, Member], ...] | None]
+#: what ties delimiters' groups together, or cannot be moved into a larger pattern: back-references and
+#: conditionals count groups, and an inline flag would apply to the others
+_UNMOVABLE = re.compile(r"\\[1-9]|\(\?P=|\(\?\(|\(\?[-a-zA-Z^]")
+
+
+def _watch(delimiters: list[tuple[int, Field, Delimiter]], slots: list[int]) -> tuple[Watched, ...]:
+    """The searches of one state of a whole read (outside every region, or inside one), each with a slot
+    counted in ``slots[0]``. Delimiters that cannot match at the same place (each begins with literal text
+    that is no prefix of another's, :func:`_literal_starts`) are searched together as one pattern of
+    alternatives: its leftmost match is the leftmost of any of them, and only one of them can match there,
+    so it is the one :func:`read_whole` would pick, in one search instead of one each; which one it is, the
+    text there says (its literal start). The alternatives are not wrapped in groups to tell them apart: a
+    group first in a branch hides the branches' first characters from the engine, which then tries every
+    position of the text instead of skipping to the next of those characters."""
+    members: list[tuple[Member, Any, tuple[str, ...] | None]] = []
+    for order, (kind, field, delim) in enumerate(delimiters):
+        names = tuple(delim.pattern.groupindex)
+        starts = delim.literals if delim.literals is not None else _literal_starts(delim.whole)
+        members.append(((kind, field, order, names), delim.whole, starts))
+    together: list[tuple[Member, Any]] = []
+    taken: list[tuple[str, Member]] = []
+    for member, pattern, starts in members:
+        if not starts or not isinstance(pattern, re.Pattern) or _UNMOVABLE.search(pattern.pattern):
+            continue
+        if any(a.startswith(b) or b.startswith(a) for a in starts for b, _ in taken):
+            continue
+        if set(member[3]) & {name for other, _ in together for name in other[3]}:
+            continue  # one name for two groups
+        together.append((member, pattern))
+        taken.extend((start, member) for start in starts)
+    found: list[Watched] = []
+    joined = None
+    if len(together) > 1:
+        try:
+            joined = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in together), re.DOTALL)
+        except (re.error, ValueError, OverflowError, RecursionError):
+            joined = None
+        if joined is not None:
+            found.append((joined, _slot(slots), together[0][0], tuple(taken)))
+    grouped = {id(member) for member, _ in together} if joined is not None else set()
+    found.extend((pattern, _slot(slots), member, None) for member, pattern, _ in members if id(member) not in grouped)
+    return tuple(found)
+
+
+def _slot(slots: list[int]) -> int:
+    slots[0] += 1
+    return slots[0] - 1
+
+
+def _literal_starts(pattern: Any) -> tuple[str, ...] | None:
+    """The literal text each top-level alternative of a standard-library pattern begins with, or None when
+    one of them need not begin with any (``(?=...)``, ``\\s*x``, ``$``) or the pattern is not one.
+
+    >>> _literal_starts(re.compile(r"</tool_call>\\s*|<\\|im_end\\|>")), _literal_starts(re.compile(r"ab?|\\s*c"))
+    (('</tool_call>', '<|im_end|>'), None)
+    """
+    if not isinstance(pattern, re.Pattern) or pattern.flags & ~(re.DOTALL | re.UNICODE):
+        return None
+    alternatives = _top_level_alternatives(pattern.pattern)
+    starts = []
+    for alternative in alternatives or ():
+        text, i = [], 0
+        while i < len(alternative):
+            c = alternative[i]
+            if c == "\\":
+                escaped = alternative[i + 1 : i + 2]
+                if not escaped or escaped.isalnum() or escaped == "_" or not escaped.isascii():
+                    break  # a class (\s), an anchor (\A, \b), a code (\n, \x41): not one literal character
+                literal, step = escaped, 2
+            elif c in ".^$*+?{}[]()|":
+                break
+            else:
+                literal, step = c, 1
+            if alternative[i + step : i + step + 1] in ("*", "+", "?", "{"):
+                break  # repeated or optional: not there for certain
+            text.append(literal)
+            i += step
+        if not text:
+            return None
+        starts.append("".join(text))
+    return tuple(starts) or None
 
 
 def _check_transform(scope: str, transform: Any) -> None:
@@ -386,7 +602,22 @@ class ResponseMachine(MachineBase):
 
 #: one parsed call: ``(name, arguments, arguments JSON, id, error)``, the arguments being the JSON's value
 Call = tuple[str, Any, str, str | None, str | None]
-_to_json = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False), made once
+
+
+def _not_serializable(value: Any) -> Any:
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+# json.dumps(..., ensure_ascii=False) builds an encoder on every call; one prebuilt C encoder gives the same
+# text faster. What it writes was parsed (JSON, Python literals, tags) and reshaped by a transform, which
+# cannot make a cycle, so no cycle bookkeeping is needed.
+_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_to_json: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False)
+if _c_encoder is not None:
+    _encode = _c_encoder(None, _not_serializable, json.encoder.encode_basestring, None, ": ", ", ", False, False, True)
+
+    def _to_json(value: Any) -> str:
+        return "".join(_encode(value, 0))
 
 
 def parsed_calls(
@@ -399,29 +630,78 @@ def parsed_calls(
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         reason = f"the tool call does not parse with the response template: {str(exc).splitlines()[0]}"
         return [(str(captures.get("name", "")), "", "", None, reason)]
-    return [_call_of(item, params) for item in (value if isinstance(value, list) else [value])]
+    if isinstance(value, list):
+        return [_call_of(item, params) for item in value]
+    return [_call_of(value, params)]
 
 
 def _transformed(field: Field, body: str, captures: Mapping[str, str]) -> Any:
-    value = parse_content(field.parser, body, field.args)
-    if field.shape is None:
+    value = field.parse(body)
+    shape = field.shape
+    if shape is None:
         return value
     if field.transform_each:
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
             raise ValueError("transform_each needs a list of objects")
-        return [field.shape({**captures, **item}) for item in value]
-    return field.shape({**captures, "content": value})
+        return [shape({**captures, **item}) for item in value]
+    return shape(captures, value)
 
 
-def _shaper(transform: Any) -> Callable[[Mapping[str, Any]], Any]:
-    """``transform`` compiled once: a function of the scope (captures and the parsed content) that builds
-    the value, with each ``{placeholder}`` looked up as transformers looks it up (a missing key is a
-    ``KeyError``, a lookup into a string a ``TypeError``)."""
+def _shaper(transform: Any, each: bool = False) -> Callable[..., Any]:
+    """``transform`` compiled once into one Python expression (:func:`_shape_source`): a function of the
+    captures and the parsed content (with ``each``, of one scope: the captures and an item) that builds the
+    value, each ``{placeholder}`` looked up as transformers looks it up (a missing key is a ``KeyError``, a
+    lookup into a string a ``TypeError``). A transform too deep to compile is walked instead
+    (:func:`_walker`).
+
+    >>> _shaper({"type": "function", "function": {"name": "{name}", "arguments": "{content}"}})({"name": "f"}, [1])
+    {'type': 'function', 'function': {'name': 'f', 'arguments': [1]}}
+    """
+    constants: list[Any] = []
+    try:
+        source = _shape_source(transform, constants, each)
+        made = eval(compile(f"lambda c, v: {source}", "<response-template transform>", "eval"), {"k": constants})
+    except (SyntaxError, RecursionError, MemoryError, ValueError):  # nested past what the compiler takes
+        walk = _walker(transform)
+        if each:
+            return walk
+        return lambda captures, value: walk({**captures, "content": value})
+    if each:
+        return lambda scope: made(scope, None)
+    return made  # type: ignore[no-any-return]
+
+
+def _shape_source(transform: Any, constants: list[Any], each: bool) -> str:
+    """The expression that builds ``transform``'s value from ``c`` (the captures, or with ``each`` the
+    whole scope) and ``v`` (the parsed content), its constants in ``k`` (``constants``). A mapping and a list
+    are built in order, so the first missing placeholder is the one that fails, as when walked."""
+
+    def constant(value: Any) -> str:
+        constants.append(value)
+        return f"k[{len(constants) - 1}]"
+
     if isinstance(transform, Mapping):
-        parts = [(key, _shaper(value)) for key, value in transform.items()]
+        items = [f"{constant(key)}: {_shape_source(value, constants, each)}" for key, value in transform.items()]
+        return "{" + ", ".join(items) + "}"
+    if isinstance(transform, list):
+        return "[" + ", ".join(_shape_source(value, constants, each) for value in transform) + "]"
+    whole = _PLACEHOLDER.fullmatch(transform) if isinstance(transform, str) else None
+    if whole is None:
+        return constant(transform)
+    root, *keys = whole.group(1).split(".")
+    # the scope is the captures with the content over them: "content" is the content, whatever was captured
+    source = "v" if root == "content" and not each else f"c[{constant(root)}]"
+    return source + "".join(f"[{constant(key)}]" for key in keys)
+
+
+def _walker(transform: Any) -> Callable[[Mapping[str, Any]], Any]:
+    """``transform`` as closures walked on every call: a scope in, the value out (what :func:`_shaper`
+    compiles, for a transform nested too deep to compile)."""
+    if isinstance(transform, Mapping):
+        parts = [(key, _walker(value)) for key, value in transform.items()]
         return lambda scope: {key: part(scope) for key, part in parts}
     if isinstance(transform, list):
-        items = [_shaper(value) for value in transform]
+        items = [_walker(value) for value in transform]
         return lambda scope: [item(scope) for item in items]
     whole = _PLACEHOLDER.fullmatch(transform) if isinstance(transform, str) else None
     if whole is None:
@@ -446,14 +726,18 @@ def _call_of(item: Any, params: Mapping[str, Mapping[str, tuple[str, ...]]]) -> 
     if not isinstance(fn, dict):
         return "", item, _to_json(item), None, "the tool call is not an object"
     name = fn.get("name")
-    arguments = fn.get("arguments", fn.get("parameters", {}))
+    arguments = fn["arguments"] if "arguments" in fn else fn.get("parameters", {})
     if isinstance(arguments, str):
         arguments, ok = parse_arguments(arguments)
         if not ok:
             return str(name or ""), arguments, json.dumps(arguments), None, "the arguments are not valid JSON"
-    if isinstance(name, str) and isinstance(arguments, dict) and "function" in item and name in params:
-        arguments = cast_arguments(arguments, params[name])
-    call_id = item.get("id") if isinstance(item.get("id"), str) and item.get("id") else None
+    if isinstance(name, str) and isinstance(arguments, dict) and "function" in item:
+        types = params.get(name)
+        if types:  # a tool none of whose parameters casting changes is not copied
+            arguments = cast_arguments(arguments, types)
+    call_id = item.get("id")
+    if not (isinstance(call_id, str) and call_id):
+        call_id = None
     if not isinstance(name, str) or not name:
         return "", arguments, _to_json(arguments), call_id, "the tool call has no name"
     return name, arguments, _to_json(arguments), call_id, None
@@ -469,28 +753,36 @@ def read_whole(
     extract_reasoning: bool = True,
 ) -> AssistantMessage:
     """The message in a whole text: :class:`ResponseMachine`'s regions, found in one pass with nothing to
-    wait for (no partial matches), each delimiter searched again only once the text has passed its last
-    match; the whitespace rules are the stream's (:class:`~.base.Sink`)."""
+    wait for (no partial matches), each search made again only once the text has passed its last match;
+    the whitespace rules are the stream's (:class:`~.base.Sink`)."""
     implicit, idle, closes = rt.implicit, rt.idle, rt.closes
-    found: list[Any] = [_UNSEEN] * (2 * len(rt.fields))
+    found: list[Any] = [_UNSEEN] * rt.slots
     content: list[str] = []
     reasoning: list[str] = []
-    calls: list[ToolCall] = []
+    valid: list[ToolCall] = []
+    invalid: list[ToolCall] = []
     captures: dict[str, str] = {}
     groups: dict[str, str] = {}
-    current, opened, start, pos, n = implicit, False, 0, 0, len(text)
+    current, watch, opened, start, pos, n = implicit, idle, False, 0, 0, len(text)
     while True:
-        watch = idle if current is implicit else closes[current.name]  # type: ignore[union-attr]
-        best: Any = None
-        first = n + 1
-        for kind, field, pattern, slot in watch:
-            m = found[slot]
+        best: Member | None = None
+        won: Any = None
+        first, rank, slot = n + 1, (0, 0, 0), 0
+        for pattern, at_slot, single, tagged in watch:
+            m = found[at_slot]
             if m is _UNSEEN or (m is not None and m.start() < pos):
-                m = found[slot] = pattern.search(text, pos)
-            if m is not None:
-                at = m.start()
-                if at < first or (at == first and (m.end(), -kind) > (best[2].end(), -best[0])):
-                    first, best = at, (kind, field, m, slot)
+                m = found[at_slot] = pattern.search(text, pos)
+            if m is None:
+                continue
+            at = m.start()
+            if at > first:
+                continue
+            # of delimiters searched together, the one found is the one whose literal start is there
+            member = single if tagged is None else next(one for lit, one in tagged if text.startswith(lit, at))
+            # the earliest, then the longest, then an open before a close, then the first listed
+            place = (-m.end(), member[0], member[2])
+            if at < first or place < rank:
+                first, rank, best, won, slot = at, place, member, m, at_slot
         end = n if best is None else first
         if end > pos and current is not None:  # the text before the delimiter is the current region's
             opened = True
@@ -501,17 +793,18 @@ def read_whole(
                 reasoning.append(text[pos:end])
         had = opened
         if best is not None:
-            kind, field, m, slot = best
-            pos = m.end()
+            pos = won.end()
             found[slot] = _UNSEEN  # never the same match twice
-            groups = {k: v for k, v in m.groupdict().items() if v is not None} if m.re.groupindex else {}
-            if kind == 1 and groups:
+            names = best[3]
+            groups = {k: v for k in names if (v := won.group(k)) is not None} if names else {}
+            if best[0] == 1 and groups:
                 captures = {**captures, **groups}
         if current is not None and opened and current.role == "calls":
             body = text[start:end]
             for k, (name, value, arguments, call_id, error) in enumerate(parsed_calls(current, body, captures, params)):
-                raw = "" if k else body  # the region's first call holds its text
-                calls.append(ToolCall(name, value, arguments, call_id or new_call_id(), raw, error, len(calls)))
+                index = len(valid) + len(invalid)
+                call = ToolCall(name, value, arguments, call_id or new_call_id(), "" if k else body, error, index)
+                (valid if error is None else invalid).append(call)  # the region's first call holds its text
         current, opened, captures = implicit, False, {}
         if best is None or (best[0] == 1 and not had and first == pos):
             rest = best is not None and pos < n and implicit is not None and implicit.role != "calls"
@@ -520,12 +813,15 @@ def read_whole(
             break
         if best[0] == 0:
             current, opened, captures, start = best[1], True, groups, pos
+            watch = closes[best[1].name]
+        else:
+            watch = idle
     joined = "".join(content)
     return AssistantMessage(
-        joined if joined.strip() else None,
+        joined if joined and not joined.isspace() else None,  # as joined.strip(): the same white space
         "".join(reasoning).strip() or None,
-        tuple(c for c in calls if c.error is None),
-        tuple(c for c in calls if c.error is not None),
+        tuple(valid),
+        tuple(invalid),
     )
 
 

@@ -1,0 +1,250 @@
+"""The whole read of a response template, in its fast paths: each gives what the general one and the stream give.
+
+A whole decode searches delimiters that cannot match at one place together, searches a lookahead over any text
+as one search of what it looks for, parses regions with their parser's arguments settled once, and writes
+call ids two digits at a time. Each is checked here against what it stands for: the ``regex`` module's own
+search, :func:`parse_content`, the digit-by-digit id, and above all the stream's message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from chatcodec.decoders import base, decoder_from_response_template
+from chatcodec.decoders.response_content import content_parser, parse_content, regex_module, tool_params
+from chatcodec.decoders.response_reader import _delimiter_search, _literal_starts, load_response_template
+
+from .test_response_template import TRL, whole_is_streamed
+
+rx = pytest.importorskip("regex")
+
+TEXTS = [
+    "",
+    "plain",
+    "abc</think>rest",
+    "x<thinking>in</thinking>out",
+    "</thinking>",
+    "a[BEGIN FINAL RESPONSE]b",
+    "<thinking>a</thinking>[BEGIN FINAL RESPONSE]",
+    "ab" * 20,
+]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"(?=[\s\S]*?</think>)",
+        r"(?=.*</think>)",
+        r"<thinking>|\G(?=[\s\S]*?(?:\[BEGIN\ FINAL\ RESPONSE\]|</thinking>))",
+        r"(?=[\s\S]*?a|b)",  # the b must be right there: not one lookahead over any text
+        r"(?=a)(?=[\s\S]*?b)",
+        r"(?=[\s\S]*?(?P<g>b))",  # a group: left to the engine
+        r"(?i)(?=[\s\S]*?B)",  # a flag: left to the engine
+        r"\G(?=[\s\S]*?b)",
+    ],
+)
+def test_a_lookahead_over_any_text_is_found_where_the_engine_finds_it(pattern: str) -> None:
+    compiled = rx.compile(pattern, rx.DOTALL)
+    search = _delimiter_search(compiled)
+    for text in TEXTS:
+        for pos in range(len(text) + 1):
+            theirs, ours = compiled.search(text, pos), search.search(text, pos)
+            assert (theirs and theirs.span()) == (ours and ours.span()), (pattern, text, pos)
+
+
+def test_literal_starts_are_only_what_a_match_must_begin_with() -> None:
+    assert _literal_starts(rx.compile("x")) is None  # not the standard library's
+    import re
+
+    assert _literal_starts(re.compile(r"</tool_call>\s*|<\|im_end\|>")) == ("</tool_call>", "<|im_end|>")
+    assert _literal_starts(re.compile(r"<tool_call>\s*<function=(?P<name>[^\n>]+)>")) == ("<tool_call>",)
+    assert _literal_starts(re.compile(r"ab?c")) == ("a",)
+    for vague in (r"(?=<a>)", r"\s*<a>", r"$", r"a|(?=b)", r"[ab]c", r"a*"):
+        assert _literal_starts(re.compile(vague)) is None, vague
+
+
+def _together(spec: dict[str, Any]) -> int:
+    """How many delimiters the whole read of ``spec`` searches together outside every region."""
+    rt = load_response_template(spec)
+    return max((len(tagged) for _, _, _, tagged in rt.idle if tagged), default=0)
+
+
+#: templates whose delimiters outside every region are searched together, with outputs that reach each one
+TOGETHER = [
+    (
+        TRL["templates"]["qwen3_5"],
+        [
+            "<think>\nHm.\n</think>\n\nSure.<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n"
+            "</tool_call><|im_end|>tail",
+            "Before <|im_end|><tool_call>\n<function=g>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=f>\n<parameter=x>\n[1, 2]\n</parameter>\n</function>\n</tool_call>"
+            "<tool_call>\n<function=g>\n<parameter=y>\nnot json\n</parameter>\n</function>\n</tool_call>",
+            "<think>never closed <tool_call>",
+            "<|im_end|>",
+        ],
+    ),
+    (
+        TRL["templates"]["qwen3"],
+        [
+            '<think>a</think>b<tool_call>\n{"name": "f", "arguments": {"a": "}"}}\n</tool_call>c<|im_end|>d',
+            '<tool_call>{"name": "f", "arguments": "{\\"x\\": 1}"}</tool_call><tool_call>nope</tool_call>',
+            "<tool_call>\n</tool_call><think></think>",
+        ],
+    ),
+    (
+        {
+            "start_anchor": "A:",
+            "fields": {
+                "reasoning_content": {"open": ["<t>", "<tt>"], "close": "</t>"},
+                "tool_calls": {
+                    "open_pattern": r"<c (?P<name>\w+)>",
+                    "close": "</c>",
+                    "content": "json",
+                    "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+                },
+                "content": {"close_pattern": r"<end>\s*"},
+            },
+        },
+        ['<tt>x</t>y<c f>{"a": 1}</c><t>z</t><c g>[1]</c><end> rest', "<t><c f>{}</c>", "<c  f>{}</c><end>"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "texts"), TOGETHER, ids=["qwen3_5", "qwen3", "literals"])
+def test_delimiters_searched_together_read_as_the_stream_reads(spec: dict[str, Any], texts: list[str]) -> None:
+    assert _together(spec) >= 2
+    decoder = decoder_from_response_template(spec, prompt="")
+    for text in texts:
+        whole_is_streamed(decoder, text)
+
+
+def test_delimiters_that_could_match_at_one_place_are_not_searched_together() -> None:
+    spec = {
+        "start_anchor": "A:",
+        "fields": {
+            "reasoning_content": {"open": "<t>", "close": "</t>"},
+            "tool_calls": {"open": "<t>call", "close": "</tool>", "content": "json"},  # both at "<t>call"
+            "content": {},
+        },
+    }
+    assert _together(spec) == 0
+    decoder = decoder_from_response_template(spec, prompt="")
+    whole_is_streamed(decoder, '<t>a</t><t>call{"name": "f", "arguments": {}}</tool>b')
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {
+            "start_anchor": "A:",
+            "fields": {
+                "reasoning_content": {"open_pattern": r"(?=[\s\S]*?</think>)", "close": "</think>"},
+                "content": {},
+            },
+        },
+        {
+            "start_anchor": "A:",
+            "fields": {
+                "thinking": {
+                    "open_pattern": r"<thinking>|\G(?=[\s\S]*?(?:\[BEGIN\ FINAL\ RESPONSE\]|</thinking>))",
+                    "close_pattern": r"(?:\[BEGIN\ FINAL\ RESPONSE\]|</thinking>)\s*",
+                },
+                "content": {},
+            },
+        },
+    ],
+    ids=["ahead", "here-or-ahead"],
+)
+def test_a_lookahead_open_reads_as_the_stream_reads(spec: dict[str, Any]) -> None:
+    decoder = decoder_from_response_template(spec, prompt="")
+    for text in [*TEXTS, "a</think>b</think>c", "x</thinking>y<thinking>z</thinking>"]:
+        whole_is_streamed(decoder, text)
+
+
+@pytest.mark.parametrize(
+    ("parser", "args"),
+    [
+        ("json", {}),
+        ("json", {"allow_non_json": True}),
+        ("json", {"allow_non_json": True, "strip": False}),
+        ("json", {"string_delims": [["'", "'"]]}),
+        ("json", {"unquoted_keys": True, "string_delims": [['<|"|>', '<|"|>']]}),
+        ("json", {"string_delims": [["'"]]}),  # not a pair: an error when a region is parsed, as before
+        ("text", {}),
+        ("text", {"strip": False}),
+        ("kv-lines", {"value_parser": {"name": "json", "args": {"allow_non_json": True}}}),
+    ],
+)
+def test_a_settled_content_parser_parses_as_parse_content(parser: str, args: dict[str, Any]) -> None:
+    parse = content_parser(parser, args)
+    for text in [
+        ' {"a": [1, 2.5, null]} ',
+        "[1] x",
+        "tru",
+        "",
+        "  ",
+        "NaN",
+        "{'a': 'b c'}",
+        '{a:<|"|>x, y<|"|>,b:1}',
+        "k: 1\nv: two",
+        "\x01",
+        "9" * 5000,  # past int's digit limit: a ValueError either way
+    ]:
+        assert _outcome(parse, text) == _outcome(lambda t: parse_content(parser, t, args), text), (parser, text)
+
+
+def test_a_settled_xml_parser_parses_as_parse_content() -> None:
+    args = dict(TRL["templates"]["qwen3_5"]["fields"]["tool_calls"]["content_args"])
+    args["tag_pattern"] = regex_module().compile(args["tag_pattern"], regex_module().DOTALL)
+    parse = content_parser("xml-inline", args)
+    for text in ["<parameter=a>\n1\n</parameter><parameter=b>\nx y\n</parameter>", "", "<parameter=a></parameter>"]:
+        assert parse(text) == parse_content("xml-inline", text, args)
+
+
+def _outcome(parse: Any, text: str) -> Any:
+    try:
+        return "ok", json.dumps(parse(text), sort_keys=True, default=repr)
+    except ValueError as exc:
+        return "error", str(exc)[:40]
+
+
+def test_tool_params_lists_only_what_casting_changes() -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {
+                    "properties": {
+                        "s": {"type": "string"},
+                        "e": {"type": "string", "enum": ["a", "b"]},
+                        "n": {"anyOf": [{"type": "string"}, {"type": "number"}]},
+                        "u": {},
+                    }
+                },
+            },
+        }
+    ]
+    assert tool_params(tools) == {"f": {"n": ("string", "number")}}
+
+
+def test_call_ids_are_the_digits_written_one_at_a_time() -> None:
+    ids = base._CallIds(12, prefix_width=12)
+
+    def one_at_a_time(n: int) -> str:
+        digits = []
+        for _ in range(12):
+            n, d = divmod(n, 62)
+            digits.append(base._ALNUM[d])
+        return ids._prefix + "".join(digits)
+
+    for start in (0, 1, 3843, 3844, 62**6 - 1, 62**6, 62**12 - 3):
+        ids._counter = itertools.count(start)
+        for k in range(start, start + 3):
+            n = (k * ids._factor + ids._offset) % ids._modulus
+            assert ids() == one_at_a_time(n)
+    assert len({base.new_call_id() for _ in range(1000)}) == 1000
