@@ -13,12 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatcodec import load_template
-from chatcodec.backends import GGUFTokenizer, default_model_path
+from chatcodec import ChatTemplate, load_template
+from chatcodec.backends import GGUFTokenizer, ModelInfo, default_model_path
+from chatcodec.server.chat import ChatService
 from chatcodec.server.constrain import Frame, Thinking, response_constraint, thinking_for, tool_constraint
 from chatcodec.server.grammar import GrammarBuilder
-from chatcodec.server.protocol import ResponseFormat
+from chatcodec.server.protocol import ChatRequest, ResponseFormat
 
+from .. import forced
 from ..conftest import CORPUS, require_shared
 from .conftest import temperature_tools
 
@@ -118,3 +120,88 @@ def test_required_calls_after_a_thought(vocab: GGUFTokenizer) -> None:
     calls = '{"tool_calls": [' + call("get_current_temperature", arguments) + "]}"
     assert accepts(vocab, constraint.grammar, "I need the tool.</think>\n" + calls)
     assert not accepts(vocab, constraint.grammar, "I need the tool.</think>\nIt is sunny.")
+
+
+# --- the token caps of tests/forced.py, against the grammars the server builds for the embedded model ----------
+
+
+class _Quiet:
+    """A backend that is never asked to generate: the plan's grammar is under test."""
+
+    info = ModelInfo("quiet", context_length=8192)
+
+
+@pytest.fixture(scope="module")
+def smol() -> ChatTemplate:
+    """The embedded model's own template (SmolLM2's, from the GGUF): its calls are the generic format's JSON."""
+    return load_template(default_model_path())
+
+
+def served_grammar(template: ChatTemplate, request: ChatRequest | None = None, **fields: Any) -> str:
+    """The grammar the server constrains ``request`` (or a question with ``fields``) to."""
+    if request is None:
+        request = ChatRequest(messages=[{"role": "user", "content": "What is the temperature in Paris?"}], **fields)
+    plan = ChatService(_Quiet(), template, model="quiet").plan(request)  # type: ignore[arg-type]
+    assert plan.decoder.name == "generic" and plan.generation.constraint is not None
+    return plan.generation.constraint.grammar
+
+
+def weather_tools() -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": "get_weather", "parameters": forced.weather_parameters()}}]
+
+
+def test_the_bounds_read_from_small_grammars() -> None:
+    """tests/forced.py's bounds on grammars small enough to count by hand."""
+    grammar = 'root ::= "x" [a-c]{2,3} ( "y" | "zz" )? "\\"" ws\nws ::= | " "\n'
+    assert forced.longest(grammar) == 8  # x, three letters, zz, the quote, a space
+    assert forced.fewest_tokens(grammar, [b"x", b"a", b"ab", b'b"']) == 3  # x, ab, b"
+    assert forced.fewest_tokens(grammar, [b"x", b"a", b"ab", b'b"', b'xaaa"']) == 1
+    string = 'root ::= "{" [^"\\\\\\x7F\\x00-\\x1F]* "}"\n'  # any JSON string's characters, unescaped
+    assert forced.longest(string) == math.inf
+    assert forced.fewest_tokens(string, [b"{", b"}", "{\u00e9}".encode()]) == 1  # a character past ASCII
+    with pytest.raises(ValueError, match="no text"):
+        forced.fewest_tokens(string, [b'{"}', b"{\\}"])
+    assert forced.longest('root ::= [^a] "\\u00e9"{2}\n') == 4 + 2 * 2
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice"),
+    [
+        (forced.temperature_tools, "required"),
+        (forced.temperature_tools, "get_current_temperature"),
+        (forced.temperature_tools, "get_temperature_date"),
+        (weather_tools, "required"),
+        (weather_tools, "get_weather"),
+    ],
+)
+def test_call_tokens_finish_any_forced_call_of_the_bounded_tools(smol: ChatTemplate, tools: Any, choice: str) -> None:
+    """Every token is at least a byte of the call, and the end token is allowed once the call is whole: a forced
+    call of tests/forced.py's tools, one at a time, ends within CALL_TOKENS whatever the model samples."""
+    grammar = served_grammar(smol, tools=tools(), tool_choice=choice, parallel_tool_calls=False)
+    assert forced.longest(grammar) + 1 <= forced.CALL_TOKENS
+    # parallel calls have no bound (call after call): the tests that need a whole call ask for one at a time
+    assert forced.longest(served_grammar(smol, tools=tools(), tool_choice="required")) == math.inf
+
+
+def test_city_tokens_finish_any_answer_for_the_city_schema() -> None:
+    """An answer for tests/forced.py's CITY schema ends within CITY_TOKENS, whatever the model samples."""
+    grammar = response_constraint(ResponseFormat("json_schema", forced.CITY, "city")).grammar
+    assert forced.longest(grammar) == 194 and forced.CITY_TOKENS >= 194 + 1
+
+
+def test_the_longest_forced_call_is_one_the_grammar_takes(smol: ChatTemplate, vocab: GGUFTokenizer) -> None:
+    """The bound is met: the longest call llama.cpp's grammar takes is the one tests/forced.py says."""
+    grammar = served_grammar(smol, tools=forced.temperature_tools(), tool_choice="required", parallel_tool_calls=False)
+    arguments = '{ "location" : "San Francisco, CA, USA" , "date" : "2024-09-30" , "unit" : "fahrenheit" }'
+    text = f'{{ "tool_calls" : [ {{ "name" : "get_temperature_date" , "arguments" : {arguments} }} ] }}'
+    assert accepts(vocab, grammar, text) and len(text.encode()) == forced.longest(grammar) == 164
+    assert not accepts(vocab, grammar, text.replace("San Francisco, CA, USA", "San Francisco, California, USA"))
+
+
+def test_cut_tokens_cut_any_forced_call_of_the_seeds_tools(smol: ChatTemplate, vocabulary: Any) -> None:
+    """The cut-call tests ask for CUT_TOKENS tokens of a forced call of the seed's tools (free strings, parallel
+    calls): fewer tokens than any whole call takes, and at least the bytes that name "tool_calls"."""
+    grammar = served_grammar(smol, tools=temperature_tools(), tool_choice="required")
+    fewest = forced.fewest_tokens(grammar, forced.pieces(vocabulary))
+    assert fewest == 23 and fewest > forced.CUT_TOKENS
+    assert grammar.startswith('root ::= "{" ws "\\"tool_calls\\""') and len('{ "tool_calls"') <= forced.CUT_TOKENS
