@@ -17,9 +17,12 @@ from typing import Any
 
 import pytest
 
+from .. import forced
 from .test_render import ROOT, run
 
 EXAMPLE = ROOT / "examples" / "temperature.py"
+#: the example's functions with every argument an enum, as a tools file for the command
+BOUNDED = Path(forced.__file__)
 
 
 def _example() -> Any:
@@ -61,14 +64,24 @@ def test_rollouts_with_tool_calls_are_exact_against_the_engine(backend: Any) -> 
     from chatcodec.tools import LocalClient, Toolbox
 
     example = _example()
-    toolbox = Toolbox(example.TOOLS)
+    toolbox = Toolbox(forced.TOOLS)  # the example's functions, every argument an enum
     messages = [{"role": "user", "content": example.QUESTION}]
     calls = 0
     for seed in (32, 34):  # the first two of bench_rollouts.py
         logged = Logged(backend)
         client = LocalClient(logged, template=backend.codec)
+        # the forced call (one at a time) is at most 164 bytes, so CALL_TOKENS always finish it (tests/forced.py)
         rollout = asyncio.run(
-            roll(client, toolbox, messages, rounds=2, temperature=1.0, seed=seed, max_tokens=64, tool_choice="required")
+            roll(
+                client,
+                toolbox,
+                messages,
+                rounds=2,
+                temperature=1.0,
+                seed=seed,
+                max_tokens=forced.CALL_TOKENS,
+                tool_choice="required",
+            )
         )
         conv = rollout.conversation
         ids, mask = conv.input_ids, conv.sampled_mask
@@ -92,8 +105,10 @@ def test_rollouts_with_tool_calls_are_exact_against_the_engine(backend: Any) -> 
 def test_the_command_writes_rows_and_counts_the_drift(tmp_path: Path, backend: Any) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     output = tmp_path / "rollouts.parquet"
-    argv = ["rollout", str(EXAMPLE), "-p", "How warm is it in Paris?", "--rounds", "2", "-n", "1", "--seed", "32"]
-    code, stdout, stderr = run([*argv, "--max-tokens", "64", "--tool-choice", "required", "-o", str(output)])
+    argv = ["rollout", str(BOUNDED), "-p", "How warm is it in Paris?", "--rounds", "2", "-n", "1", "--seed", "32"]
+    # the forced call (the command makes one at a time) is at most 164 bytes: CALL_TOKENS always finish it
+    tokens = str(forced.CALL_TOKENS)
+    code, stdout, stderr = run([*argv, "--max-tokens", tokens, "--tool-choice", "required", "-o", str(output)])
     assert code == 0, stderr
     assert "rollouts [" in stderr and "1/1" in stderr  # the progress bar
     summary = stdout.decode().splitlines()

@@ -18,6 +18,7 @@ import chatcodec
 from chatcodec import ConversationError, InputError, Toolbox
 from chatcodec.tools import LocalClient
 
+from .. import forced
 from ..server.conftest import gguf
 
 
@@ -66,7 +67,7 @@ def test_a_rollout_evaluates_only_the_new_ids_and_usage_counts_the_kept_prompt(
     engine: Engine, temperature: ModuleType
 ) -> None:
     client = LocalClient(engine.backend)
-    toolbox = Toolbox(temperature.TOOLS)
+    toolbox = Toolbox(forced.TOOLS)  # the example's functions, every argument an enum
     conv = client.codec.conversation(tools=toolbox.tools, polyfill="auto")
     conv.append({"role": "user", "content": temperature.QUESTION}, add_generation_prompt=True)
     start = engine.held()
@@ -85,7 +86,8 @@ def test_a_rollout_evaluates_only_the_new_ids_and_usage_counts_the_kept_prompt(
                 conv,
                 temperature=1.0,
                 seed=32 + turn,
-                max_tokens=48,
+                # the forced call is at most 164 bytes, so CALL_TOKENS always finish it (tests/forced.py)
+                max_tokens=forced.CALL_TOKENS if turn == 0 else 48,
                 tool_choice="required" if turn == 0 else None,
                 parallel_tool_calls=False,
             )
