@@ -1,7 +1,9 @@
 """The chat checks of issue 11, run with the official ``openai`` client against a running server.
 
 :class:`ChatChecks` is subclassed by the embedded and the remote test modules, each of which provides
-the ``server`` fixture. Generation is kept short (small ``max_tokens``, greedy sampling).
+the ``server`` fixture. Generation is kept short (small ``max_tokens``, greedy sampling). A forced call is one of
+tests/forced.py's tools, every argument an enum, one call at a time, with ``max_tokens`` that finish any such call;
+a cut call is cut by fewer tokens than any call takes (what the model writes differs with the machine's CPU).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import jsonschema
 import openai
 import pytest
 
+from .. import forced
 from .conftest import Server, roundtrip_messages, temperature_tools
 
 #: what SmolLM2's own template (from the GGUF) writes for one user turn, with the generation prompt
@@ -29,7 +32,7 @@ def client_for(server: Server) -> openai.OpenAI:
 
 
 def schemas() -> dict[str, dict[str, Any]]:
-    return {t["function"]["name"]: t["function"]["parameters"] for t in temperature_tools()}
+    return {t["function"]["name"]: t["function"]["parameters"] for t in forced.temperature_tools()}
 
 
 def assert_valid_call(name: str, arguments: str) -> None:
@@ -111,9 +114,10 @@ class ChatChecks:
         answer = client.chat.completions.create(
             model=self.model(client),
             messages=[{"role": "user", "content": QUESTION}],
-            tools=temperature_tools(),
+            tools=forced.temperature_tools(),
             tool_choice="required",
-            max_tokens=120,
+            parallel_tool_calls=False,
+            max_tokens=forced.CALL_TOKENS,  # every argument an enum: the longest call is 164 bytes
             temperature=0,
         )
         choice = answer.choices[0]
@@ -127,9 +131,10 @@ class ChatChecks:
         params: dict[str, Any] = {
             "model": self.model(client),
             "messages": [{"role": "user", "content": QUESTION}],
-            "tools": temperature_tools(),
+            "tools": forced.temperature_tools(),
             "tool_choice": "required",
-            "max_tokens": 120,
+            "parallel_tool_calls": False,
+            "max_tokens": forced.CALL_TOKENS,  # every argument an enum: the longest call is 164 bytes
             "temperature": 0,
         }
         streamed = collect(client.chat.completions.create(**params, stream=True))
@@ -163,9 +168,9 @@ class ChatChecks:
             answer = client.chat.completions.create(
                 model=self.model(client),
                 messages=[{"role": "user", "content": QUESTION}],
-                tools=temperature_tools(),
+                tools=forced.temperature_tools(),
                 tool_choice={"type": "function", "function": {"name": name}},
-                max_tokens=100,
+                max_tokens=forced.CALL_TOKENS,  # every argument an enum: the longest call is 164 bytes
                 temperature=0,
             )
             calls = answer.choices[0].message.tool_calls
@@ -173,13 +178,13 @@ class ChatChecks:
             assert_valid_call(name, calls[0].function.arguments)
 
     def test_legacy_functions(self, client: openai.OpenAI) -> None:
-        functions = [t["function"] for t in temperature_tools()]
+        functions = [t["function"] for t in forced.temperature_tools()]
         answer = client.chat.completions.create(
             model=self.model(client),
             messages=[{"role": "user", "content": QUESTION}],
             functions=functions,
             function_call={"name": "get_current_temperature"},
-            max_tokens=100,
+            max_tokens=forced.CALL_TOKENS,  # every argument an enum: the longest call is 164 bytes
             temperature=0,
         )
         choice = answer.choices[0]
@@ -204,17 +209,12 @@ class ChatChecks:
         assert (final.choices[0].message.content or "").strip()
 
     def test_response_format_json_schema(self, client: openai.OpenAI) -> None:
-        schema = {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
-            "required": ["city", "population"],
-            "additionalProperties": False,
-        }
+        schema = forced.CITY  # a city of at most 24 characters: the longest answer is 194 bytes
         answer = client.chat.completions.create(
             model=self.model(client),
             messages=[{"role": "user", "content": "Give the largest city of France and its population as JSON."}],
             response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
-            max_tokens=60,
+            max_tokens=forced.CITY_TOKENS,
             temperature=0,
         )
         content = answer.choices[0].message.content
@@ -243,7 +243,7 @@ class ChatChecks:
             "messages": [{"role": "user", "content": QUESTION}],
             "tools": temperature_tools(),
             "tool_choice": "required",
-            "max_tokens": 14,  # the call cannot be finished
+            "max_tokens": forced.CUT_TOKENS,  # a whole call takes at least 23 tokens: never finished
             "temperature": 0,
         }
         choice = client.chat.completions.create(**params).choices[0]

@@ -24,13 +24,17 @@ import openai
 import pytest
 from pydantic import TypeAdapter
 
+from chatcodec import load_template
+from chatcodec.backends import default_model_path
 from chatcodec.server.chat import Outcome
 from chatcodec.server.dialects.responses import EventStream, parse_responses
 from chatcodec.server.errors import APIError
 from chatcodec.server.hosted import ROUNDS, HostedCall, HostedTools
 from chatcodec.tools import Toolbox
 
+from .. import forced
 from .conftest import Server, chatcodec_serve
+from .test_constrain import served_grammar
 
 ROOT = Path(__file__).resolve().parents[2]
 MCP_SERVER = ROOT / "tests" / "tools" / "mcp_server.py"
@@ -218,10 +222,18 @@ def _request(**extra: Any) -> dict[str, Any]:
         tools=[ADD],
         tool_choice="required",
         parallel_tool_calls=False,
-        max_output_tokens=32,
+        max_output_tokens=forced.CALL_TOKENS,  # one call of add, its two integers at most 17 bytes each
         temperature=0,  # greedy: the same call and answer every run (sampled, the model can end with no text)
         **extra,
     )
+
+
+def test_the_forced_call_of_the_requests_here_always_finishes(toolbox: Toolbox) -> None:
+    """The forced call of :func:`_request` has a bound (integers of at most 16 digits, one call): within its
+    max_output_tokens whatever the model writes (tests/forced.py)."""
+    req = parse_responses(_request(), hosted=HostedTools(toolbox))
+    grammar = served_grammar(load_template(default_model_path()), req.chat)
+    assert forced.longest(grammar) + 1 <= _request()["max_output_tokens"]
 
 
 def _children(pid: int) -> list[int]:

@@ -16,6 +16,7 @@ from chatcodec.server.chat import Outcome
 from chatcodec.server.dialects.messages import EventStream, message_object, parse_messages
 from chatcodec.server.errors import APIError
 
+from .. import forced
 from .conftest import Server
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -275,33 +276,37 @@ def client(server: Server) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.url, api_key="unused", timeout=600, max_retries=0)
 
 
+#: the weather tool of the end-to-end runs: its location is an enum, so a forced call has a bound (tests/forced.py)
+WEATHER = {**TOOL, "input_schema": forced.weather_parameters()}
+
+
 def test_sdk_create_with_any_tool_then_a_tool_result(embedded: Server) -> None:
     sdk = client(embedded)
     question = {"role": "user", "content": "What is the weather in Paris?"}
     first = sdk.messages.create(
         model=MODEL,
-        max_tokens=100,
+        max_tokens=forced.CALL_TOKENS,  # one call, its location an enum: at most 107 bytes
         messages=[question],
-        tools=[TOOL],
+        tools=[WEATHER],  # type: ignore[list-item]
         tool_choice={"type": "any", "disable_parallel_tool_use": True},
-        extra_body={"temperature": 0},  # type: ignore[list-item]
+        extra_body={"temperature": 0},
     )
     uses = [block for block in first.content if block.type == "tool_use"]
     assert first.stop_reason == "tool_use" and uses
     for use in uses:
         assert use.name == "get_weather"
-        jsonschema.validate(use.input, SCHEMA)
+        jsonschema.validate(use.input, WEATHER["input_schema"])
     results = [{"type": "tool_result", "tool_use_id": u.id, "content": "Sunny, 24 C"} for u in uses]
     second = sdk.messages.create(
         model=MODEL,
         max_tokens=30,
         extra_body={"temperature": 0},
-        tools=[TOOL],  # type: ignore[list-item]
+        tools=[WEATHER],  # type: ignore[list-item]
         messages=[question, {"role": "assistant", "content": first.content}, {"role": "user", "content": results}],  # type: ignore[list-item]
     )
     assert second.stop_reason in ("end_turn", "max_tokens", "tool_use")
     assert second.usage.input_tokens > first.usage.input_tokens, "the second turn's prompt holds the first"
-    count = sdk.messages.count_tokens(model=MODEL, messages=[question], tools=[TOOL])  # type: ignore[list-item]
+    count = sdk.messages.count_tokens(model=MODEL, messages=[question], tools=[WEATHER])  # type: ignore[list-item]
     assert count.input_tokens == first.usage.input_tokens
 
 
@@ -310,10 +315,10 @@ def test_sdk_stream_with_any_tool(embedded: Server) -> None:
     kinds: list[str] = []
     with sdk.messages.stream(
         model=MODEL,
-        max_tokens=60,
+        max_tokens=forced.CALL_TOKENS,  # one call, its location an enum: at most 107 bytes
         extra_body={"temperature": 0},
-        tools=[TOOL],
-        tool_choice={"type": "any"},  # type: ignore[list-item]
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},  # parallel calls would have no bound
         messages=[{"role": "user", "content": "Weather in Rome?"}],
     ) as stream:
         for event in stream:
@@ -322,7 +327,7 @@ def test_sdk_stream_with_any_tool(embedded: Server) -> None:
     assert kinds[0] == "message_start" and "content_block_start" in kinds and kinds[-1] == "message_stop"
     uses = [block for block in final.content if block.type == "tool_use"]
     assert final.stop_reason == "tool_use" and uses
-    jsonschema.validate(uses[0].input, SCHEMA)
+    jsonschema.validate(uses[0].input, WEATHER["input_schema"])
 
 
 def test_sdk_text_and_max_tokens(embedded: Server) -> None:

@@ -25,6 +25,7 @@ from chatcodec.server.dialects.responses import EventStream, parse_responses, re
 from chatcodec.server.errors import APIError
 from chatcodec.server.store import ResponseStore, Stored
 
+from .. import forced
 from .conftest import Server, chatcodec_serve
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "dialects.md"
@@ -340,24 +341,34 @@ def client(server: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=600, max_retries=0)
 
 
+#: the weather tool of the end-to-end runs: its location is an enum, so a forced call has a bound (tests/forced.py)
+WEATHER = {**TOOL, "parameters": forced.weather_parameters()}
+
+
 def test_sdk_create_with_a_required_tool_then_continue(served: Server) -> None:
     sdk = client(served)
     first = sdk.responses.create(
         model=MODEL,
         input="What is the weather in Paris?",
-        tools=[TOOL],
+        tools=[WEATHER],  # type: ignore[list-item]
         tool_choice="required",
+        parallel_tool_calls=False,
         temperature=0,
-        max_output_tokens=60,
+        max_output_tokens=forced.CALL_TOKENS,  # one call, its location an enum: at most 107 bytes
     )
     calls = [item for item in first.output if item.type == "function_call"]
     assert first.status == "completed" and calls
     for call in calls:
         assert call.name == "get_weather" and call.call_id
-        jsonschema.validate(json.loads(call.arguments), SCHEMA)
+        jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
     outputs = [{"type": "function_call_output", "call_id": c.call_id, "output": "Sunny, 24 C"} for c in calls]
     second = sdk.responses.create(
-        model=MODEL, previous_response_id=first.id, input=outputs, tools=[TOOL], temperature=0, max_output_tokens=30
+        model=MODEL,
+        previous_response_id=first.id,
+        input=outputs,
+        tools=[WEATHER],  # type: ignore[list-item]
+        temperature=0,
+        max_output_tokens=30,
     )
     assert second.usage is not None and first.usage is not None
     seen = first.usage.input_tokens + first.usage.output_tokens
@@ -372,7 +383,13 @@ def test_sdk_stream_with_a_required_tool(served: Server) -> None:
     kinds: list[str] = []
     numbers: list[int] = []
     with sdk.responses.stream(
-        model=MODEL, input="Weather in Rome?", tools=[TOOL], tool_choice="required", temperature=0, max_output_tokens=60
+        model=MODEL,
+        input="Weather in Rome?",
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+        parallel_tool_calls=False,  # parallel calls would have no bound
+        temperature=0,
+        max_output_tokens=forced.CALL_TOKENS,  # one call, its location an enum: at most 107 bytes
     ) as stream:
         for event in stream:
             kinds.append(event.type)
@@ -383,7 +400,7 @@ def test_sdk_stream_with_a_required_tool(served: Server) -> None:
     assert "response.function_call_arguments.delta" in kinds and "response.function_call_arguments.done" in kinds
     calls = [item for item in final.output if item.type == "function_call"]
     assert calls and all(call.name == "get_weather" for call in calls)
-    jsonschema.validate(json.loads(calls[0].arguments), SCHEMA)
+    jsonschema.validate(json.loads(calls[0].arguments), WEATHER["parameters"])
     assert client(served).responses.retrieve(final.id).status == "completed", "a streamed response is stored too"
 
 
@@ -488,7 +505,7 @@ def test_the_agents_sdk_runs_a_tool_to_a_final_answer(served: Server) -> None:
     ran: list[str] = []
 
     @function_tool
-    def get_weather(location: str) -> str:
+    def get_weather(location: forced.Location) -> str:  # an enum: the forced call has a bound (tests/forced.py)
         """The weather in a place."""
         ran.append(location)
         return f"Sunny in {location}."
@@ -519,7 +536,7 @@ def test_langchain_chat_openai_keeps_working(served: Server) -> None:
     from langchain_openai import ChatOpenAI
 
     @tool
-    def get_weather(location: str) -> str:
+    def get_weather(location: forced.Location) -> str:  # an enum: the forced call has a bound (tests/forced.py)
         """The weather in a place."""
         return "Sunny"
 
@@ -529,7 +546,7 @@ def test_langchain_chat_openai_keeps_working(served: Server) -> None:
             api_key="unused",
             model=MODEL,
             temperature=0,
-            max_tokens=60,  # type: ignore[arg-type]
+            max_tokens=forced.CALL_TOKENS,  # type: ignore[arg-type]  # one call (named), at most 107 bytes
             use_responses_api=responses_api,
             timeout=600,
             max_retries=0,

@@ -15,6 +15,7 @@ from chatcodec.backends import Constraint, Generation, LlamaBackend
 from chatcodec.server.constrain import response_constraint, text_constraint, tool_constraint
 from chatcodec.server.protocol import ResponseFormat
 
+from .. import forced
 from .checks import QUESTION
 from .conftest import temperature_tools
 
@@ -81,8 +82,10 @@ def test_greedy_constrained_tokens_are_llama_cpp_s(backend: LlamaBackend) -> Non
 def test_sampled_constrained_output_follows_the_schema(backend: LlamaBackend) -> None:
     city = [{"role": "user", "content": "Give the largest city of France and its population as JSON."}]
     ids = backend.codec.encode(city, add_generation_prompt=True).input_ids
-    constraint = response_constraint(ResponseFormat("json_schema", SCHEMA, "city"))
-    texts = [generate(backend, ids, constraint, 80, temperature=1.0, seed=seed) for seed in (1, 2, 3)]
+    # SCHEMA with the city at most 24 characters: the longest answer is 194 bytes, whole within CITY_TOKENS
+    constraint = response_constraint(ResponseFormat("json_schema", forced.CITY, "city"))
+    tokens = forced.CITY_TOKENS
+    texts = [generate(backend, ids, constraint, tokens, temperature=1.0, seed=seed) for seed in (1, 2, 3)]
     for text in texts:
-        jsonschema.validate(json.loads(text), SCHEMA)
-    assert generate(backend, ids, constraint, 80, temperature=1.0, seed=2) == texts[1]  # seeded: reproducible
+        jsonschema.validate(json.loads(text), forced.CITY)
+    assert generate(backend, ids, constraint, tokens, temperature=1.0, seed=2) == texts[1]  # seeded: reproducible

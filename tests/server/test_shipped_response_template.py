@@ -16,8 +16,8 @@ from chatcodec import load_template, response_template
 from chatcodec.server.chat import ChatService
 from chatcodec.server.protocol import ChatRequest
 
+from .. import forced
 from ..conftest import CORPUS, require_shared
-from .conftest import temperature_tools
 
 pytest.importorskip("regex")
 pytest.importorskip("llama_cpp")
@@ -44,23 +44,27 @@ def _folder(tmp_path: Path) -> Path:
 def test_the_server_answers_through_the_shipped_response_template(backend: Any, tmp_path: Path) -> None:
     template = load_template(str(_folder(tmp_path)))
     assert template.response_template is not None
-    tools = temperature_tools()
+    tools = forced.temperature_tools()
     chosen = tools[0]["function"]["name"]
     req = ChatRequest(
         messages=[{"role": "user", "content": "What is the temperature in Paris?"}],
         tools=tools,
         tool_choice=chosen,
-        max_tokens=96,
+        max_tokens=forced.CALL_TOKENS,
         temperature=0.0,
+        chat_template_kwargs={"enable_thinking": False},  # no thought first: a thought has no bound
     )
     service = ChatService(backend, template, model="shipped")
     plan = service.plan(req)
     assert plan.decoder.name == "response_template"  # the model's own says how its output is parsed
+    # every argument an enum, one call: whatever the model writes, the call ends within max_tokens
+    assert plan.generation.constraint is not None
+    assert forced.longest(plan.generation.constraint.grammar) + 1 <= forced.CALL_TOKENS
     answer = asyncio.run(service.complete(plan))
     message = answer["choices"][0]["message"]
     calls = message["tool_calls"]
     assert [c["function"]["name"] for c in calls] == [chosen], message
     assert isinstance(json.loads(calls[0]["function"]["arguments"]), dict)
 
-    forced = ChatService(backend, template, model="shipped", tool_parser="hermes")
-    assert forced.plan(req).decoder.name == "hermes"  # --tool-call-parser overrides the shipped template
+    hermes = ChatService(backend, template, model="shipped", tool_parser="hermes")
+    assert hermes.plan(req).decoder.name == "hermes"  # --tool-call-parser overrides the shipped template

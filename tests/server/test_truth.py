@@ -24,6 +24,7 @@ from chatcodec.server.chat import ChatService, Plan
 from chatcodec.server.errors import APIError
 from chatcodec.server.protocol import ChatRequest
 
+from .. import forced
 from ..conftest import CORPUS
 from .conftest import Server, chatcodec_serve, temperature_tools
 
@@ -50,11 +51,12 @@ def post(server: Server, path: str, body: dict[str, Any]) -> httpx.Response:
 
 def test_a_cut_tool_call_finishes_with_length(embedded: Server) -> None:
     body = {"model": "SmolLM2-135M-Instruct", "messages": USER, "tools": temperature_tools()}
-    body |= {"tool_choice": "required", "max_tokens": 12, "temperature": 0}
+    # a whole call takes at least 23 tokens, and 14 write at least '{ "tool_calls"' (tests/forced.py)
+    body |= {"tool_choice": "required", "max_tokens": forced.CUT_TOKENS, "temperature": 0}
     answer = post(embedded, "/v1/chat/completions", body).json()
     choice = answer["choices"][0]
     assert choice["finish_reason"] == "length"
-    assert answer["usage"]["completion_tokens"] == 12
+    assert answer["usage"]["completion_tokens"] == forced.CUT_TOKENS
     assert not choice["message"].get("tool_calls")
     kept = choice["message"].get("content") or json.dumps(choice["message"].get("invalid_tool_calls"))
     assert '"tool_calls"' in kept, "the cut call is kept (the generic format's text, or marked invalid)"
@@ -62,7 +64,7 @@ def test_a_cut_tool_call_finishes_with_length(embedded: Server) -> None:
 
 def test_a_cut_tool_call_finishes_with_length_in_a_stream(embedded: Server) -> None:
     body = {"model": "SmolLM2-135M-Instruct", "messages": USER, "tools": temperature_tools(), "stream": True}
-    body |= {"tool_choice": "required", "max_tokens": 12, "temperature": 0}
+    body |= {"tool_choice": "required", "max_tokens": forced.CUT_TOKENS, "temperature": 0}  # never a whole call
     with httpx.stream("POST", embedded.url + "/v1/chat/completions", json=body, timeout=600) as response:
         events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
     finishes = [e["choices"][0]["finish_reason"] for e in events if e["choices"][0]["finish_reason"]]
