@@ -3,7 +3,9 @@
 Against ``chatcodec serve`` (a real process on 127.0.0.1, driven by the official openai client) in both
 styles, and with the local loop (LocalClient: no server, no HTTP). In each run both functions are
 executed with schema-valid arguments, the first round of the tools style is sent with tool_choice
-"required", and the transcript ends with the model's answer.
+"required", and the transcript ends with the model's answer. The functions are the example's with every argument
+an enum (tests/forced.py), and a call is made one at a time, so that every forced call ends within max_tokens
+whatever the model writes.
 
 SmolLM2 picks get_temperature_date whenever it may choose, so the example's tool-choice policy names the
 function not called yet in the next round, then asks for the answer with "none" (the legacy functions
@@ -26,11 +28,16 @@ from chatcodec import Toolbox
 from chatcodec.backends import Chunk, Generation
 from chatcodec.tools import LocalClient, Round
 
+from .. import forced
 from ..cli.test_render import run
 from ..server.conftest import Server, chatcodec_serve
-from .conftest import EXAMPLE
 
-PARAMS: dict[str, Any] = {"temperature": 0, "max_tokens": 100}
+#: every argument an enum: the longest call is 164 bytes, so CALL_TOKENS always finish a forced one
+PARAMS: dict[str, Any] = {"temperature": 0, "max_tokens": forced.CALL_TOKENS}
+#: the tools style: one call at a time (parallel calls would have no bound)
+TOOLS_PARAMS: dict[str, Any] = {**PARAMS, "parallel_tool_calls": False}
+#: the example's functions as a tools file for the command line
+BOUNDED = forced.__file__
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +99,13 @@ def test_tools_style_against_chatcodec_serve(
 ) -> None:
     client = Recording(openai.OpenAI(base_url=served.url + "/v1", api_key="none", timeout=300, max_retries=0))
     rounds: list[Round] = []
-    transcript = Toolbox(temperature.TOOLS).run(
+    transcript = Toolbox(forced.TOOLS).run(
         client,
         question(roundtrip),
         model="SmolLM2-135M-Instruct",
         tool_choice=temperature.tool_choice("tools"),
         on_round=rounds.append,
-        **PARAMS,
+        **TOOLS_PARAMS,
     )
     check_run(transcript, rounds, roundtrip, "tools")
     assert client.choices[0] == "required"
@@ -115,7 +122,7 @@ def test_functions_style_against_chatcodec_serve(
     async def main() -> tuple[list[dict[str, Any]], list[Any]]:
         async with openai.AsyncOpenAI(base_url=served.url + "/v1", api_key="none", timeout=300, max_retries=0) as sdk:
             client = AsyncRecording(sdk)
-            transcript = await Toolbox(temperature.TOOLS).arun(
+            transcript = await Toolbox(forced.TOOLS).arun(
                 client,
                 question(roundtrip),
                 model="SmolLM2-135M-Instruct",
@@ -175,17 +182,17 @@ def test_the_local_loop_without_a_server(
     local.generations.clear()  # type: ignore[attr-defined]
     client = AsyncRecording(local)
     rounds: list[Round] = []
-    transcript = Toolbox(temperature.TOOLS).run(
+    transcript = Toolbox(forced.TOOLS).run(
         client,
         question(roundtrip),
         model="local",
         tool_choice=temperature.tool_choice("tools"),
         on_round=rounds.append,
-        **PARAMS,
+        **TOOLS_PARAMS,
     )
     check_run(transcript, rounds, roundtrip, "tools")
     assert client.choices[0] == "required"
-    check_ids(local, transcript, Toolbox(temperature.TOOLS).tools)
+    check_ids(local, transcript, Toolbox(forced.TOOLS).tools)
 
 
 def test_the_local_loop_in_the_functions_style(
@@ -193,7 +200,7 @@ def test_the_local_loop_in_the_functions_style(
 ) -> None:
     local.generations.clear()  # type: ignore[attr-defined]
     rounds: list[Round] = []
-    transcript = Toolbox(temperature.TOOLS).run(
+    transcript = Toolbox(forced.TOOLS).run(
         local,
         question(roundtrip),
         model="local",
@@ -209,8 +216,8 @@ def test_the_local_loop_in_the_functions_style(
 def test_the_command_line_runs_the_local_loop(roundtrip: dict[str, Any]) -> None:
     """chatcodec tools run without --url: the embedded model; one forced round, its call executed."""
     code, stdout, stderr = run(
-        ["tools", "run", str(EXAMPLE), "-p", roundtrip["messages"][0]["content"], "--tool-choice",
-         "get_current_temperature", "--max-rounds", "1", "--max-tokens", "60", "--temperature", "0"]
+        ["tools", "run", BOUNDED, "-p", roundtrip["messages"][0]["content"], "--tool-choice",
+         "get_current_temperature", "--max-rounds", "1", "--max-tokens", str(forced.CALL_TOKENS), "--temperature", "0"]
     )  # fmt: skip
     assert code == 0, stderr
     transcript = json.loads(stdout)
@@ -229,10 +236,14 @@ def test_the_command_line_runs_the_local_loop(roundtrip: dict[str, Any]) -> None
 
 
 def test_the_command_line_runs_the_loop_against_chatcodec_serve(served: Server, roundtrip: dict[str, Any]) -> None:
-    """chatcodec tools run --url: a forced first round, its call executed; the last round asks for the answer."""
+    """chatcodec tools run --url: a forced first round, its call executed; the last round asks for the answer.
+
+    The call is forced by name: the command sends no parallel_tool_calls, and a "required" round may go on with
+    call after call, which no max_tokens bounds."""
     code, stdout, stderr = run(
-        ["tools", "run", str(EXAMPLE), "-p", roundtrip["messages"][0]["content"], "--url", served.url + "/v1",
-         "--tool-choice", "required", "--max-rounds", "2", "--max-tokens", "100", "--temperature", "0"]
+        ["tools", "run", BOUNDED, "-p", roundtrip["messages"][0]["content"], "--url", served.url + "/v1",
+         "--tool-choice", "get_temperature_date", "--max-rounds", "2", "--max-tokens", str(forced.CALL_TOKENS),
+         "--temperature", "0"]
     )  # fmt: skip
     assert code == 0, stderr
     transcript = json.loads(stdout)
@@ -250,5 +261,8 @@ def test_the_command_line_runs_the_loop_against_chatcodec_serve(served: Server, 
         lines[0]
         == "chatcodec: note: asking model 'SmolLM2-135M-Instruct', the first the server lists (choose with --model)"
     )
-    assert lines[1].startswith("chatcodec: round 1: get_") and lines[2] == "chatcodec: round 2: the model answered"
-    assert lines[3] == "chatcodec: note: each round asked for at most 100 tokens (--max-tokens N to change it)"
+    assert lines[1].startswith("chatcodec: round 1: get_temperature_date(")
+    assert lines[2] == "chatcodec: round 2: the model answered"
+    assert lines[3] == (
+        f"chatcodec: note: each round asked for at most {forced.CALL_TOKENS} tokens (--max-tokens N to change it)"
+    )

@@ -3,13 +3,16 @@ the way Qwen-Agent is, runs through ``toolbox.run`` with LocalClient() and again
 
 A forced first round (``tool_choice="required"``) must call one of the server's tools with schema-valid
 arguments; the MCP server executes it, its result is in the next round's request, and the model answers.
+The server serves the example's functions with every argument an enum (tests/tools/forced_mcp.py) and the
+call is made one at a time, so that the forced call ends within max_tokens whatever the model writes.
 """
 
 from __future__ import annotations
 
 import json
-import runpy
+import sys
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import jsonschema
@@ -19,17 +22,14 @@ import pytest
 from chatcodec import Toolbox
 from chatcodec.tools import LocalClient, Round
 
+from .. import forced
 from ..server.conftest import Server, chatcodec_serve
-from .conftest import EXAMPLE
+from . import forced_mcp
 
-MCP_EXAMPLE = EXAMPLE.with_name("temperature_mcp.py")
-PARAMS: dict[str, Any] = {"temperature": 0, "max_tokens": 100}
-
-
-@pytest.fixture(scope="module")
-def example() -> dict[str, Any]:
-    """examples/temperature_mcp.py's namespace (its CONFIG and the temperature module)."""
-    return runpy.run_path(str(MCP_EXAMPLE), run_name="temperature_mcp")
+#: the example's server with tests/forced.py's functions, configured as the example configures its own
+CONFIG = {"mcpServers": {"temperature": {"command": sys.executable, "args": [forced_mcp.__file__, "serve"]}}}
+#: one call at a time, every argument an enum: the longest call is 164 bytes, so CALL_TOKENS always finish it
+PARAMS: dict[str, Any] = {"temperature": 0, "max_tokens": forced.CALL_TOKENS, "parallel_tool_calls": False}
 
 
 class Recording:
@@ -73,16 +73,16 @@ def check_forced_round(
     assert isinstance(final["content"], str) and final["content"].strip()
 
 
-def test_a_forced_call_on_the_embedded_model_runs_the_mcp_tool(example: dict[str, Any]) -> None:
+def test_a_forced_call_on_the_embedded_model_runs_the_mcp_tool(temperature: ModuleType) -> None:
     local = LocalClient()
     try:
         client = AsyncRecording(local)
         rounds: list[Round] = []
-        with Toolbox.from_mcp_config(example["CONFIG"]) as toolbox:
+        with Toolbox.from_mcp_config(CONFIG) as toolbox:
             tools = toolbox.tools
             transcript = toolbox.run(
                 client,
-                [{"role": "user", "content": example["temperature"].QUESTION}],
+                [{"role": "user", "content": temperature.QUESTION}],
                 model="local",
                 tool_choice="required",
                 max_rounds=2,
@@ -103,14 +103,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server.stop()
 
 
-def test_the_mcp_example_against_chatcodec_serve(example: dict[str, Any], served: Server) -> None:
+def test_the_mcp_example_against_chatcodec_serve(temperature: ModuleType, served: Server) -> None:
     client = Recording(openai.OpenAI(base_url=served.url + "/v1", api_key="none", timeout=300, max_retries=0))
     rounds: list[Round] = []
-    with Toolbox.from_mcp_config(example["CONFIG"]) as toolbox:
+    with Toolbox.from_mcp_config(CONFIG) as toolbox:
         tools = toolbox.tools
         transcript = toolbox.run(
             client,
-            [{"role": "user", "content": example["temperature"].QUESTION}],
+            [{"role": "user", "content": temperature.QUESTION}],
             model="SmolLM2-135M-Instruct",
             tool_choice="required",
             max_rounds=2,
