@@ -137,6 +137,8 @@ class ChatChecks:
             "max_tokens": forced.CALL_TOKENS,  # every argument an enum: the longest call is 164 bytes
             "temperature": 0,
         }
+        # both answers compared come from the engine's cached prefix (see test_streamed_chat_equals_whole)
+        client.chat.completions.create(**params)
         streamed = collect(client.chat.completions.create(**params, stream=True))
         assert streamed["finish"] == "tool_calls"
         assert streamed["calls"]
@@ -246,6 +248,8 @@ class ChatChecks:
             "max_tokens": forced.CUT_TOKENS,  # a whole call takes at least 23 tokens: never finished
             "temperature": 0,
         }
+        # both answers compared come from the engine's cached prefix (see test_streamed_chat_equals_whole)
+        client.chat.completions.create(**params)
         choice = client.chat.completions.create(**params).choices[0]
         assert choice.finish_reason == "length"
         assert not choice.message.tool_calls
