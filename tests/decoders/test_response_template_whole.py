@@ -2,7 +2,7 @@
 
 A whole decode searches delimiters that cannot match at one place together, searches a lookahead over any text
 as one search of what it looks for, parses regions with their parser's arguments settled once, and writes
-call ids two digits at a time. Each is checked here against what it stands for: the ``regex`` module's own
+call ids a batch at a time. Each is checked here against what it stands for: the ``regex`` module's own
 search, :func:`parse_content`, the digit-by-digit id, and above all the stream's message.
 """
 
@@ -70,7 +70,7 @@ def test_literal_starts_are_only_what_a_match_must_begin_with() -> None:
 def _together(spec: dict[str, Any]) -> int:
     """How many delimiters the whole read of ``spec`` searches together outside every region."""
     rt = load_response_template(spec)
-    return max((len(tagged) for _, _, _, tagged in rt.idle if tagged), default=0)
+    return max((len(tagged) for _, _, _, tagged in rt.idle.watched if tagged), default=0)
 
 
 #: templates whose delimiters outside every region are searched together, with outputs that reach each one
@@ -120,6 +120,42 @@ def test_delimiters_searched_together_read_as_the_stream_reads(spec: dict[str, A
     decoder = decoder_from_response_template(spec, prompt="")
     for text in texts:
         whole_is_streamed(decoder, text)
+
+
+#: delimiters that are searched together only by looking into a group they begin with, or that name groups
+JOINED_THROUGH_GROUPS = {
+    "start_anchor": "A:",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close_pattern": r"(?:</think>)\s*"},
+        "tool_calls": {
+            "open_pattern": r"<tool_call>(?P<name>\w+)\n?",
+            "close": "</tool_call>",
+            "content": "json",
+            "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+        },
+        "content": {"close_pattern": r"(?:<\|eot_id\|>|>>>all\n)\s*"},
+    },
+}
+
+
+def test_delimiters_are_searched_together_through_a_leading_group_and_with_named_groups() -> None:
+    assert _together(JOINED_THROUGH_GROUPS) == 4  # <think>, <tool_call>, and the two starts of the close
+    decoder = decoder_from_response_template(JOINED_THROUGH_GROUPS, prompt="")
+    for text in [
+        '<think>a</think>  b<tool_call>f\n{"x": 1}</tool_call>c<|eot_id|> d',
+        "x>>>all\n y<think>",
+        '<tool_call>g{"y": [2]}</tool_call><tool_call>h\nnope</tool_call>>>>all',
+        "<|eot_id|>",
+        "",
+    ]:
+        whole_is_streamed(decoder, text)
+
+
+def test_a_region_that_never_closes_runs_to_the_end() -> None:
+    spec = {"start_anchor": "A:", "fields": {"reasoning_content": {"open": "<r>"}, "content": {}}}
+    decoder = decoder_from_response_template(spec, prompt="")
+    message = whole_is_streamed(decoder, "before <r> all the rest </r> too")
+    assert (message.content, message.reasoning_content) == ("before ", "all the rest </r> too")
 
 
 def test_delimiters_that_could_match_at_one_place_are_not_searched_together() -> None:
@@ -232,19 +268,27 @@ def test_tool_params_lists_only_what_casting_changes() -> None:
     assert tool_params(tools) == {"f": {"n": ("string", "number")}}
 
 
-def test_call_ids_are_the_digits_written_one_at_a_time() -> None:
-    ids = base._CallIds(12, prefix_width=12)
+def test_call_ids_are_a_counter_through_a_bijection_written_digit_by_digit() -> None:
+    ids = base._CallIds("call_", prefix_width=12)
 
     def one_at_a_time(n: int) -> str:
+        """The id of number ``n``: its high six base-62 digits, then its low six, each lowest digit first."""
         digits = []
-        for _ in range(12):
-            n, d = divmod(n, 62)
-            digits.append(base._ALNUM[d])
+        for half in (n // 62**6, n % 62**6):
+            for _ in range(6):
+                half, d = divmod(half, 62)
+                digits.append(base._ALNUM[d])
         return ids._prefix + "".join(digits)
 
-    for start in (0, 1, 3843, 3844, 62**6 - 1, 62**6, 62**12 - 3):
-        ids._counter = itertools.count(start)
-        for k in range(start, start + 3):
-            n = (k * ids._factor + ids._offset) % ids._modulus
-            assert ids() == one_at_a_time(n)
-    assert len({base.new_call_id() for _ in range(1000)}) == 1000
+    last = 62**12 // ids.BATCH - 1
+    for batch in (0, 1, 62**6 // ids.BATCH - 1, 62**6 // ids.BATCH, last):
+        ids._batches = itertools.count(batch)
+        ids._ready = []
+        made = [ids() for _ in range(ids.BATCH)]
+        assert made == [one_at_a_time(ids.number(k)) for k in range(batch * ids.BATCH, (batch + 1) * ids.BATCH)]
+    assert ids._prefix.startswith("call_") and len(made[0]) == 29
+    # a bijection of [0, 62**12): no two of these counters write one number
+    sample = [*range(3000), *range(62**6 - 1500, 62**6 + 1500), *range(62**12 - 3000, 62**12)]
+    numbers = {ids.number(k) for k in sample}
+    assert len(numbers) == len(sample) and min(numbers) >= 0 and max(numbers) < 62**12
+    assert len({base.new_call_id() for _ in range(3 * ids.BATCH)}) == 3 * ids.BATCH

@@ -60,47 +60,96 @@ def hold_trailing_space(text: str, pending: list[str]) -> str:
 
 
 _ALNUM = string.ascii_letters + string.digits
-#: the base-62 digits of every number under 62**2, the lower digit first (as :class:`_CallIds` writes them)
+#: the base-62 digits of every number under 62**2, the lower digit first
 _ALNUM_PAIRS = [low + high for high in _ALNUM for low in _ALNUM]
+_SIX = 62**6
 
 
 class _CallIds:
-    """Call ids unique within the process and unpredictable across processes.
+    """Call ids unique within the process and unpredictable across processes: ``lead``, a random prefix
+    of ``prefix_width`` base-62 digits, then 12 base-62 digits of a counter passed through a random
+    bijection of ``[0, 62**12)``.
 
-    Each id is a counter passed through a random bijection of its range (an affine map modulo
-    ``62**width``, whose factor is coprime to 62), written in base 62: no two ids of a process are
-    equal until ``62**width`` have been made, and nothing is kept per id.
+    The bijection maps the counter's high and low six digits each by an affine map modulo ``62**6`` (a
+    factor coprime to 62), so no two ids of a process are equal until ``62**12`` have been made, and
+    nothing is kept per id. Ids are made a batch at a time (the high digits are shared by a batch), and
+    taking one is a ``list.pop``: one id per tool call of every decode, so its cost shows in decode speed.
+    Two threads that both find the batch empty each take a batch of their own (the counter hands out
+    whole batches), so no id is given twice; a batch one of them drops is never reused.
     """
 
-    def __init__(self, width: int, prefix_width: int = 0) -> None:
+    BATCH = 248  # divides 62**6 (8 * 31), so a batch never spans two values of the high digits
+
+    def __init__(self, lead: str = "", prefix_width: int = 0) -> None:
         rng = random.SystemRandom()
-        self._modulus: int = 62**width
-        self._width = width
+        self._factors = [self._factor(rng), self._factor(rng)]
+        self._offsets = [rng.randrange(_SIX), rng.randrange(_SIX)]
+        self._prefix = lead + "".join(rng.choice(_ALNUM) for _ in range(prefix_width))
+        self._batches = itertools.count()
+        self._ready: list[str] = []
+
+    @staticmethod
+    def _factor(rng: random.SystemRandom) -> int:
+        while True:
+            factor = rng.randrange(1, _SIX)
+            if factor % 2 and factor % 31:
+                return factor
+
+    def number(self, k: int) -> int:
+        """The 12-digit number the ``k``-th id writes (a bijection of ``[0, 62**12)``)."""
+        hi, lo = divmod(k, _SIX)
+        (f_hi, f_lo), (o_hi, o_lo) = self._factors, self._offsets
+        return (hi * f_hi + o_hi) % _SIX * _SIX + (lo * f_lo + o_lo) % _SIX
+
+    def _batch(self) -> list[str]:
+        """The next batch of ids, the first last (taken with ``pop``)."""
+        first = next(self._batches) * self.BATCH
+        high = self.number(first) // _SIX
+        pair = _ALNUM_PAIRS
+        head = self._prefix + "".join(_digits(high))
+        f, o = self._factors[1], self._offsets[1]
+        lows = [(k * f + o) % _SIX for k in range(first % _SIX + self.BATCH - 1, first % _SIX - 1, -1)]
+        return [head + pair[lo % 3844] + pair[lo // 3844 % 3844] + pair[lo // 14776336] for lo in lows]
+
+    def __call__(self) -> str:
+        try:
+            return self._ready.pop()
+        except IndexError:
+            self._ready = ready = self._batch()
+            return ready.pop()
+
+
+def _digits(n: int, width: int = 6) -> list[str]:
+    """``n``'s ``width`` lowest base-62 digits, the lowest first."""
+    digits = []
+    for _ in range(width):
+        n, d = divmod(n, 62)
+        digits.append(_ALNUM[d])
+    return digits
+
+
+_OPENAI_IDS = _CallIds("call_", prefix_width=12)
+#: a fresh OpenAI-style call id (``new_call_id()``, without choosing the style)
+next_call_id: Callable[[], str] = _OPENAI_IDS
+
+
+class _MistralIds:
+    """Mistral's 9-digit ids: a counter through an affine map modulo ``62**9``, written in base 62."""
+
+    def __init__(self) -> None:
+        rng = random.SystemRandom()
+        self._modulus = 62**9
         factor = rng.randrange(1, self._modulus)
         while factor % 2 == 0 or factor % 31 == 0:
             factor = rng.randrange(1, self._modulus)
         self._factor, self._offset = factor, rng.randrange(self._modulus)
-        self._prefix = "".join(rng.choice(_ALNUM) for _ in range(prefix_width))
         self._counter = itertools.count()
 
     def __call__(self) -> str:
-        n = (next(self._counter) * self._factor + self._offset) % self._modulus
-        if self._width == 12:  # the OpenAI ids, one per call of every decode: the same digits, two at a time
-            hi, lo = divmod(n, 56800235584)  # 62**6
-            pair: list[str] = _ALNUM_PAIRS
-            return (
-                self._prefix + pair[lo % 3844] + pair[lo // 3844 % 3844] + pair[lo // 14776336]
-                + pair[hi % 3844] + pair[hi // 3844 % 3844] + pair[hi // 14776336]
-            )  # fmt: skip
-        digits = []
-        for _ in range(self._width):
-            n, d = divmod(n, 62)
-            digits.append(_ALNUM[d])
-        return self._prefix + "".join(digits)
+        return "".join(_digits((next(self._counter) * self._factor + self._offset) % self._modulus, 9))
 
 
-_OPENAI_IDS = _CallIds(12, prefix_width=12)
-_MISTRAL_IDS = _CallIds(9)
+_MISTRAL_IDS = _MistralIds()
 
 
 def new_call_id(style: IdStyle = "openai") -> str:
@@ -109,7 +158,7 @@ def new_call_id(style: IdStyle = "openai") -> str:
     >>> len(new_call_id()), new_call_id().startswith("call_"), len(new_call_id("mistral"))
     (29, True, 9)
     """
-    return _MISTRAL_IDS() if style == "mistral" else "call_" + _OPENAI_IDS()
+    return _MISTRAL_IDS() if style == "mistral" else _OPENAI_IDS()
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +235,42 @@ class AssistantMessage:
         if self.invalid_tool_calls:
             out["invalid_tool_calls"] = [call.to_openai() for call in self.invalid_tool_calls]
         return out
+
+
+# Decoders' hot paths build results from every field at once, past the dataclasses' __init__ (which sets each
+# field of a frozen class through object.__setattr__ and runs ToolCall's id check): the slots are set directly.
+_new = object.__new__
+_CALL_SLOTS = tuple(ToolCall.__dict__[name].__set__ for name in ToolCall.__dataclass_fields__)
+_MESSAGE_SLOTS = tuple(AssistantMessage.__dict__[name].__set__ for name in AssistantMessage.__dataclass_fields__)
+
+
+def make_call(
+    name: str, arguments: Any, arguments_json: str, call_id: str, raw: str, error: str | None, index: int
+) -> ToolCall:
+    """``ToolCall(name, arguments, arguments_json, call_id, raw, error, index)`` with ``call_id`` given."""
+    call = _new(ToolCall)
+    s_name, s_arguments, s_json, s_id, s_raw, s_error, s_index = _CALL_SLOTS
+    s_name(call, name)
+    s_arguments(call, arguments)
+    s_json(call, arguments_json)
+    s_id(call, call_id)
+    s_raw(call, raw)
+    s_error(call, error)
+    s_index(call, index)
+    return call
+
+
+def make_message(
+    content: str | None, reasoning: str | None, calls: tuple[ToolCall, ...], invalid: tuple[ToolCall, ...]
+) -> AssistantMessage:
+    """``AssistantMessage(content, reasoning, calls, invalid)``."""
+    message = _new(AssistantMessage)
+    s_content, s_reasoning, s_calls, s_invalid = _MESSAGE_SLOTS
+    s_content(message, content)
+    s_reasoning(message, reasoning)
+    s_calls(message, calls)
+    s_invalid(message, invalid)
+    return message
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,14 @@ def _loaded(text: str) -> Any:
     return _NOT_JSON
 
 
+def _strict_json(text: str) -> Any:
+    """The ``json`` parser with no knobs: the region's one JSON value."""
+    value = _loaded(text)
+    if value is _NOT_JSON:
+        raise ValueError(f"the region is not JSON: {text[:60]!r}")
+    return value
+
+
 def _json_reader(args: Mapping[str, Any]) -> Callable[[str], Any]:
     """The ``json`` parser of ``args``: :func:`_json` with its delimiter expressions compiled once and
     ``json.loads``' own scan called without its wrappers. Arguments it does not read as pairs of strings
@@ -110,6 +118,8 @@ def _json_reader(args: Mapping[str, Any]) -> Callable[[str], Any]:
     subs = [re.compile(re.escape(open_d) + r"(.*?)" + re.escape(close_d), re.DOTALL) for open_d, close_d in pairs]
     unquoted = bool(args.get("unquoted_keys"))
     allow_non_json, strip = bool(args.get("allow_non_json")), bool(args.get("strip", True))
+    if not subs and not unquoted and not allow_non_json:
+        return _strict_json
 
     def parse(text: str) -> Any:
         working = text

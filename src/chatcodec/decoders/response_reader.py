@@ -26,7 +26,6 @@ The content parsers are in :mod:`.response_content`; writing one for a format is
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -35,7 +34,7 @@ from typing import Any, Literal
 
 from ..exceptions import DecodeError
 from ..render import ChatTemplate
-from .base import AssistantMessage, Sink, ToolCall, new_call_id, parse_arguments
+from .base import AssistantMessage, Sink, ToolCall, make_call, make_message, next_call_id, parse_arguments
 from .format import Decoder, Format
 from .machine import MachineBase, Options, ThinkSpec
 from .prompt import as_template, generation_prompt
@@ -104,11 +103,11 @@ class ResponseTemplate:
     fields: tuple[Field, ...]
     implicit: Field | None
     anchor: Delimiter
-    #: what a whole read watches outside every explicit region, and inside each (:func:`_watch`)
-    idle: tuple[Watched, ...] = ()
-    closes: Mapping[str, tuple[Watched, ...]] = dataclasses.field(default_factory=dict)
-    #: how many searches a whole read keeps (one per watched pattern)
-    slots: int = 0
+    #: what a whole read watches outside every explicit region (:func:`_states`); each delimiter it finds
+    #: says which state follows
+    idle: State
+    #: how many searches a whole read keeps, in the states that make more than one (one per watched pattern)
+    slots: int
 
     def tail(self, prompt: str) -> str:
         """The part of ``prompt`` after the last start anchor (all of it if there is none), as
@@ -155,11 +154,8 @@ def load_response_template(spec: Any) -> ResponseTemplate:
     if anchor is None:
         raise DecodeError("The response template needs a start_anchor or a start_anchor_pattern.")
     sink = implicit[0] if implicit else None
-    opens = [(0, f, f.open) for f in fields if f.open is not None]
-    slots = [0]
-    closes = {f.name: _watch([(1, f, f.close)], slots) if f.close else () for f in fields}
-    idle = _watch([*opens, *([(1, sink, sink.close)] if sink and sink.close else [])], slots)
-    return ResponseTemplate(spec, fields, sink, anchor, idle, closes, slots[0])
+    idle, slots = _states(fields, sink)
+    return ResponseTemplate(spec, fields, sink, anchor, idle, slots)
 
 
 def _field(rx: Any, name: str, raw: Any) -> Field:
@@ -339,18 +335,10 @@ def _top_level_alternatives(pattern: str) -> list[str] | None:
             i += 2
             continue
         if c == "[":
-            j = i + 1
-            if pattern.startswith("^", j):
-                j += 1
-            if pattern.startswith("]", j):
-                j += 1
-            while j < n and pattern[j] != "]":
-                if pattern[j] == "[":
-                    return None  # a nested set (the regex module's V1), or a literal "[" we need not guess at
-                j += 2 if pattern[j] == "\\" else 1
-            if j >= n:
+            end = _class_end(pattern, i)
+            if end is None:
                 return None
-            i = j + 1
+            i = end
             continue
         if c == "(":
             depth += 1
@@ -368,30 +356,125 @@ def _top_level_alternatives(pattern: str) -> list[str] | None:
     return parts
 
 
-#: one delimiter a whole read watches for: ``(0 open | 1 close, its field, its place in the watch, its groups)``
-Member = tuple[int, Field, int, tuple[str, ...]]
-#: one search a whole read makes: ``(pattern, slot, the member it finds, None)``, or for delimiters searched
-#: together ``(their pattern, slot, the first of them, ((literal text one of them begins with, that one), ...))``
+def _class_end(pattern: str, i: int) -> int | None:
+    """Where the character class that opens at ``pattern[i]`` ends (after its ``]``), or None for one this
+    reading does not follow (a nested set, the regex module's V1; or no end)."""
+    j, n = i + 1, len(pattern)
+    if pattern.startswith("^", j):
+        j += 1
+    if pattern.startswith("]", j):
+        j += 1
+    while j < n and pattern[j] != "]":
+        if pattern[j] == "[":
+            return None  # a nested set, or a literal "[" we need not guess at
+        j += 2 if pattern[j] == "\\" else 1
+    return j + 1 if j < n else None
+
+
+def _leading_group(alternative: str) -> str | None:
+    """The inside of the non-capturing group ``alternative`` begins with, when that group must match
+    (no quantifier after it), else None."""
+    depth, i, n = 0, 0, len(alternative)
+    while i < n:
+        c = alternative[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            end = _class_end(alternative, i)
+            if end is None:
+                return None
+            i = end
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                after = alternative[i + 1 : i + 2]
+                return None if after and after in "*+?{" else alternative[3:i]
+        i += 1
+    return None
+
+
+class Member:
+    """A delimiter a whole read watches for: whether it closes, its field, its place among the state's
+    delimiters (the last tie-break), its pattern's group names, and the state that follows its match
+    (:func:`_states`)."""
+
+    __slots__ = ("closes", "field", "names", "order", "then")
+    then: State  # set by _states once every state is made
+
+    def __init__(self, closes: bool, field: Field, order: int, names: tuple[str, ...]) -> None:
+        self.closes, self.field, self.order, self.names = closes, field, order, names
+
+
+#: one search of a state that makes several: ``(pattern, slot, the member it finds, None)``, or for delimiters
+#: searched together ``(their pattern, slot, the first of them, ((literal text one of them begins with, that
+#: one), ...))``
 Watched = tuple[Any, int, Member, tuple[tuple[str, Member], ...] | None]
+
+
+class State:
+    """What a whole read watches in one state (outside every region, or inside one): one search (``search``,
+    finding ``single``, or one of ``tagged`` told apart by the literal text it begins with), or when its
+    delimiters cannot be found by one search, several (``watched``), each kept in a slot until the read
+    passes its match."""
+
+    __slots__ = ("search", "single", "tagged", "watched")
+
+    def __init__(self, watched: tuple[Watched, ...]) -> None:
+        self.watched = watched  # () for a region that never closes: nothing ends it
+        one = watched[0] if len(watched) == 1 else None
+        self.search: Callable[[str, int], Any] | None = one[0].search if one is not None else None
+        self.single = one[2] if one is not None and one[3] is None else None
+        self.tagged: tuple[tuple[str, Member], ...] = (one[3] or ()) if one is not None else ()
+
+
 #: what ties delimiters' groups together, or cannot be moved into a larger pattern: back-references and
-#: conditionals count groups, and an inline flag would apply to the others
-_UNMOVABLE = re.compile(r"\\[1-9]|\(\?P=|\(\?\(|\(\?[-a-zA-Z^]")
+#: conditionals count groups, and an inline flag (``(?i)``, ``(?-s:...)``) would apply to the others
+_UNMOVABLE = re.compile(r"\\[1-9]|\(\?P=|\(\?\(|\(\?[-aiLmsux]")
 
 
-def _watch(delimiters: list[tuple[int, Field, Delimiter]], slots: list[int]) -> tuple[Watched, ...]:
-    """The searches of one state of a whole read (outside every region, or inside one), each with a slot
-    counted in ``slots[0]``. Delimiters that cannot match at the same place (each begins with literal text
-    that is no prefix of another's, :func:`_literal_starts`) are searched together as one pattern of
-    alternatives: its leftmost match is the leftmost of any of them, and only one of them can match there,
-    so it is the one :func:`read_whole` would pick, in one search instead of one each; which one it is, the
-    text there says (its literal start). The alternatives are not wrapped in groups to tell them apart: a
-    group first in a branch hides the branches' first characters from the engine, which then tries every
-    position of the text instead of skipping to the next of those characters."""
+def _states(fields: tuple[Field, ...], sink: Field | None) -> tuple[State, int]:
+    """The whole read's states (:class:`State`): outside every region (each field's open delimiter, and the
+    implicit field's close), and inside each field that closes (its close); each delimiter's match leads to the
+    state inside its field (an open) or outside every region (a close). The outside state, and how many slots
+    the states' searches keep."""
+    slots = [0]
+    opens = [(False, f, f.open) for f in fields if f.open is not None]
+    idle = _state([*opens, *([(True, sink, sink.close)] if sink is not None and sink.close else [])], slots)
+    # a field that never closes runs to the end of the text: its state watches nothing
+    inside = {f.name: _state([(True, f, f.close)] if f.close else [], slots) for f in fields if f.open is not None}
+    for member in _members(idle):
+        member.then = idle if member.closes else inside[member.field.name]
+    for state in inside.values():
+        for member in _members(state):
+            member.then = idle
+    return idle, slots[0]
+
+
+def _members(state: State) -> list[Member]:
+    found: list[Member] = []
+    for _, _, first, tagged in state.watched:
+        found.extend([first] if tagged is None else [one for _, one in tagged])
+    return list({id(m): m for m in found}.values())
+
+
+def _state(delimiters: list[tuple[bool, Field, Delimiter]], slots: list[int]) -> State:
+    """The searches of one state, each with a slot counted in ``slots[0]``. Delimiters that cannot match at
+    the same place (each begins with literal text that is no prefix of another's, :func:`_literal_starts`)
+    are searched together as one pattern of alternatives: its leftmost match is the leftmost of any of them,
+    and only one of them can match there, so it is the one :func:`read_whole` would pick, in one search
+    instead of one each; which one it is, the text there says (its literal start). The alternatives are not
+    wrapped in groups to tell them apart: a group first in a branch hides the branches' first characters from
+    the engine, which then tries every position of the text instead of skipping to the next of those
+    characters."""
     members: list[tuple[Member, Any, tuple[str, ...] | None]] = []
-    for order, (kind, field, delim) in enumerate(delimiters):
-        names = tuple(delim.pattern.groupindex)
+    for order, (closes, field, delim) in enumerate(delimiters):
+        member = Member(closes, field, order, tuple(delim.pattern.groupindex))
         starts = delim.literals if delim.literals is not None else _literal_starts(delim.whole)
-        members.append(((kind, field, order, names), delim.whole, starts))
+        members.append((member, delim.whole, starts))
     together: list[tuple[Member, Any]] = []
     taken: list[tuple[str, Member]] = []
     for member, pattern, starts in members:
@@ -399,7 +482,7 @@ def _watch(delimiters: list[tuple[int, Field, Delimiter]], slots: list[int]) -> 
             continue
         if any(a.startswith(b) or b.startswith(a) for a in starts for b, _ in taken):
             continue
-        if set(member[3]) & {name for other, _ in together for name in other[3]}:
+        if set(member.names) & {name for other, _ in together for name in other.names}:
             continue  # one name for two groups
         together.append((member, pattern))
         taken.extend((start, member) for start in starts)
@@ -414,7 +497,7 @@ def _watch(delimiters: list[tuple[int, Field, Delimiter]], slots: list[int]) -> 
             found.append((joined, _slot(slots), together[0][0], tuple(taken)))
     grouped = {id(member) for member, _ in together} if joined is not None else set()
     found.extend((pattern, _slot(slots), member, None) for member, pattern, _ in members if id(member) not in grouped)
-    return tuple(found)
+    return State(tuple(found))
 
 
 def _slot(slots: list[int]) -> int:
@@ -423,17 +506,31 @@ def _slot(slots: list[int]) -> int:
 
 
 def _literal_starts(pattern: Any) -> tuple[str, ...] | None:
-    """The literal text each top-level alternative of a standard-library pattern begins with, or None when
-    one of them need not begin with any (``(?=...)``, ``\\s*x``, ``$``) or the pattern is not one.
+    """The literal text each top-level alternative of a standard-library pattern begins with (looking into
+    a non-capturing group it begins with), or None when one of them need not begin with any (``(?=...)``,
+    ``\\s*x``, ``$``, ``(?:a)?``) or the pattern is not one.
 
     >>> _literal_starts(re.compile(r"</tool_call>\\s*|<\\|im_end\\|>")), _literal_starts(re.compile(r"ab?|\\s*c"))
     (('</tool_call>', '<|im_end|>'), None)
+    >>> _literal_starts(re.compile(r"(?:<\\|eot_id\\|>|>>>all\\n)\\s*"))
+    ('<|eot_id|>', '>>>all')
     """
     if not isinstance(pattern, re.Pattern) or pattern.flags & ~(re.DOTALL | re.UNICODE):
         return None
-    alternatives = _top_level_alternatives(pattern.pattern)
-    starts = []
-    for alternative in alternatives or ():
+    starts = _starts_of(pattern.pattern)
+    return tuple(starts) if starts else None
+
+
+def _starts_of(pattern: str) -> list[str] | None:
+    starts: list[str] = []
+    for alternative in _top_level_alternatives(pattern) or ():
+        if alternative.startswith("(?:"):
+            inner = _leading_group(alternative)
+            found = _starts_of(inner) if inner is not None else None
+            if not found:
+                return None
+            starts.extend(found)
+            continue
         text, i = [], 0
         while i < len(alternative):
             c = alternative[i]
@@ -453,7 +550,7 @@ def _literal_starts(pattern: Any) -> tuple[str, ...] | None:
         if not text:
             return None
         starts.append("".join(text))
-    return tuple(starts) or None
+    return starts or None
 
 
 def _check_transform(scope: str, transform: Any) -> None:
@@ -626,25 +723,21 @@ def parsed_calls(
     """Each call of a closed tool-call region (:data:`Call`); one invalid call holding the whole region
     when it does not parse. ``params`` is :func:`~.response_content.tool_params` of the tools."""
     try:
-        value = _transformed(field, body, captures)
+        value = field.parse(body)
+        shape = field.shape
+        if shape is not None:
+            if field.transform_each:
+                if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+                    raise ValueError("transform_each needs a list of objects")
+                value = [shape({**captures, **item}) for item in value]
+            else:
+                value = shape(captures, value)
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         reason = f"the tool call does not parse with the response template: {str(exc).splitlines()[0]}"
         return [(str(captures.get("name", "")), "", "", None, reason)]
     if isinstance(value, list):
         return [_call_of(item, params) for item in value]
     return [_call_of(value, params)]
-
-
-def _transformed(field: Field, body: str, captures: Mapping[str, str]) -> Any:
-    value = field.parse(body)
-    shape = field.shape
-    if shape is None:
-        return value
-    if field.transform_each:
-        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-            raise ValueError("transform_each needs a list of objects")
-        return [shape({**captures, **item}) for item in value]
-    return shape(captures, value)
 
 
 def _shaper(transform: Any, each: bool = False) -> Callable[..., Any]:
@@ -744,6 +837,7 @@ def _call_of(item: Any, params: Mapping[str, Mapping[str, tuple[str, ...]]]) -> 
 
 
 _UNSEEN = object()
+_NO_GROUPS: dict[str, str] = {}
 
 
 def read_whole(
@@ -753,76 +847,103 @@ def read_whole(
     extract_reasoning: bool = True,
 ) -> AssistantMessage:
     """The message in a whole text: :class:`ResponseMachine`'s regions, found in one pass with nothing to
-    wait for (no partial matches), each search made again only once the text has passed its last match;
-    the whitespace rules are the stream's (:class:`~.base.Sink`)."""
-    implicit, idle, closes = rt.implicit, rt.idle, rt.closes
-    found: list[Any] = [_UNSEEN] * rt.slots
+    wait for (no partial matches). A state whose delimiters one search finds makes that search from where
+    the read is; one that makes several keeps each match until the read passes it (:func:`_earliest`). The
+    whitespace rules are the stream's (:class:`~.base.Sink`)."""
+    implicit = rt.implicit
+    state = rt.idle
+    found: list[Any] | None = None  # the slots of the states that make several searches
     content: list[str] = []
     reasoning: list[str] = []
     valid: list[ToolCall] = []
     invalid: list[ToolCall] = []
-    captures: dict[str, str] = {}
-    groups: dict[str, str] = {}
-    current, watch, opened, start, pos, n = implicit, idle, False, 0, 0, len(text)
+    captures = _NO_GROUPS
+    current, opened, start, pos, n = implicit, False, 0, 0, len(text)
     while True:
-        best: Member | None = None
-        won: Any = None
-        first, rank, slot = n + 1, (0, 0, 0), 0
-        for pattern, at_slot, single, tagged in watch:
-            m = found[at_slot]
-            if m is _UNSEEN or (m is not None and m.start() < pos):
-                m = found[at_slot] = pattern.search(text, pos)
-            if m is None:
-                continue
-            at = m.start()
-            if at > first:
-                continue
-            # of delimiters searched together, the one found is the one whose literal start is there
-            member = single if tagged is None else next(one for lit, one in tagged if text.startswith(lit, at))
-            # the earliest, then the longest, then an open before a close, then the first listed
-            place = (-m.end(), member[0], member[2])
-            if at < first or place < rank:
-                first, rank, best, won, slot = at, place, member, m, at_slot
-        end = n if best is None else first
-        if end > pos and current is not None:  # the text before the delimiter is the current region's
+        search = state.search
+        if search is not None:
+            won = search(text, pos)
+            if won is None:
+                best, first = None, n
+            else:
+                first = won.start()
+                best = state.single
+                if best is None:  # of delimiters searched together, the one whose literal start is there
+                    for literal, best in state.tagged:  # noqa: B007 (the loop's last value is the one found)
+                        if text.startswith(literal, first):
+                            break
+        else:
+            if found is None:
+                found = [_UNSEEN] * rt.slots
+            best, won, first = _earliest(state.watched, found, text, pos, n)
+        if first > pos and current is not None:  # the text before the delimiter is the current region's
             opened = True
             role = current.role
             if role == "content" or (role == "reasoning" and not extract_reasoning):
-                content.append(text[pos:end])
+                content.append(text[pos:first])
             elif role == "reasoning":
-                reasoning.append(text[pos:end])
+                reasoning.append(text[pos:first])
         had = opened
+        groups = _NO_GROUPS
         if best is not None:
             pos = won.end()
-            found[slot] = _UNSEEN  # never the same match twice
-            names = best[3]
-            groups = {k: v for k in names if (v := won.group(k)) is not None} if names else {}
-            if best[0] == 1 and groups:
-                captures = {**captures, **groups}
-        if current is not None and opened and current.role == "calls":
-            body = text[start:end]
+            names = best.names
+            if names:
+                groups = {k: v for k in names if (v := won.group(k)) is not None}
+                if best.closes and groups:
+                    captures = {**captures, **groups}
+        if opened and current is not None and current.role == "calls":
+            body = text[start:first]
             for k, (name, value, arguments, call_id, error) in enumerate(parsed_calls(current, body, captures, params)):
                 index = len(valid) + len(invalid)
-                call = ToolCall(name, value, arguments, call_id or new_call_id(), "" if k else body, error, index)
+                call = make_call(name, value, arguments, call_id or next_call_id(), "" if k else body, error, index)
                 (valid if error is None else invalid).append(call)  # the region's first call holds its text
-        current, opened, captures = implicit, False, {}
-        if best is None or (best[0] == 1 and not had and first == pos):
-            rest = best is not None and pos < n and implicit is not None and implicit.role != "calls"
-            if rest and implicit is not None:  # a zero-width close of nothing: the rest is the sink's
+        if best is None or (best.closes and not had and first == pos):
+            if best is not None and pos < n and implicit is not None and implicit.role != "calls":
+                # a zero-width close of nothing: the rest is the sink's
                 (content if implicit.role == "content" or not extract_reasoning else reasoning).append(text[pos:])
             break
-        if best[0] == 0:
-            current, opened, captures, start = best[1], True, groups, pos
-            watch = closes[best[1].name]
+        if best.closes:
+            current, opened, captures = implicit, False, _NO_GROUPS
         else:
-            watch = idle
+            current, opened, captures, start = best.field, True, groups, pos
+        state = best.then
     joined = "".join(content)
-    return AssistantMessage(
+    return make_message(
         joined if joined and not joined.isspace() else None,  # as joined.strip(): the same white space
         "".join(reasoning).strip() or None,
         tuple(valid),
         tuple(invalid),
     )
+
+
+def _earliest(
+    watched: tuple[Watched, ...], found: list[Any], text: str, pos: int, n: int
+) -> tuple[Member | None, Any, int]:
+    """The delimiter a state that makes several searches finds first from ``pos``: ``(member, match, start)``,
+    or ``(None, None, n)``. Each search is made again only once the read has passed its last match, and the
+    match taken is never taken again. Of matches at one place, the longest, then an open before a close,
+    then the first listed."""
+    best: Member | None = None
+    won: Any = None
+    first, rank, slot = n + 1, (0, False, 0), 0
+    for pattern, at_slot, single, tagged in watched:
+        m = found[at_slot]
+        if m is _UNSEEN or (m is not None and m.start() < pos):
+            m = found[at_slot] = pattern.search(text, pos)
+        if m is None:
+            continue
+        at = m.start()
+        if at > first:
+            continue
+        member = single if tagged is None else next(one for lit, one in tagged if text.startswith(lit, at))
+        place = (-m.end(), member.closes, member.order)
+        if at < first or place < rank:
+            first, rank, best, won, slot = at, place, member, m, at_slot
+    if best is None:
+        return None, None, n
+    found[slot] = _UNSEEN
+    return best, won, first
 
 
 class ResponseDecoder(Decoder):
