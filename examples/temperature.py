@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Literal
+
+#: a Literal: every SDK that builds a schema from the signature (transformers, chatcodec, the MCP SDK) gives it an enum
+Unit = Literal["celsius", "fahrenheit"]
 
 QUESTION = "What's the temperature in San Francisco now? How about tomorrow? Current Date: 2024-09-30."
 
 
-def get_current_temperature(location: str, unit: str = "celsius"):
+def get_current_temperature(location: str, unit: Unit = "celsius"):
     """Get current temperature at a location.
 
     Args:
         location: The location to get the temperature for, in the format "City, State, Country".
-        unit: The unit to return the temperature in. Defaults to "celsius". (choices: ["celsius", "fahrenheit"])
+        unit: The unit to return the temperature in. Defaults to "celsius".
 
     Returns:
         the temperature, the location, and the unit in a dict
@@ -32,13 +36,13 @@ def get_current_temperature(location: str, unit: str = "celsius"):
     return {"temperature": 26.1, "location": location, "unit": unit}
 
 
-def get_temperature_date(location: str, date: str, unit: str = "celsius"):
+def get_temperature_date(location: str, date: str, unit: Unit = "celsius"):
     """Get temperature at a location and date.
 
     Args:
         location: The location to get the temperature for, in the format "City, State, Country".
         date: The date to get the temperature for, in the format "Year-Month-Day".
-        unit: The unit to return the temperature in. Defaults to "celsius". (choices: ["celsius", "fahrenheit"])
+        unit: The unit to return the temperature in. Defaults to "celsius".
 
     Returns:
         the temperature, the location, the date and the unit in a dict
