@@ -65,33 +65,18 @@ def _example() -> Any:
 
 
 def get_current_temperature(location: Location, unit: Unit = "celsius") -> dict[str, Any]:
-    """Get current temperature at a location.
-
-    Args:
-        location: The location to get the temperature for, in the format "City, State, Country".
-        unit: The unit to return the temperature in. Defaults to "celsius".
-
-    Returns:
-        the temperature, the location, and the unit in a dict
-    """
     result: dict[str, Any] = _example().get_current_temperature(location, unit)
     return result
 
 
 def get_temperature_date(location: Location, date: Day, unit: Unit = "celsius") -> dict[str, Any]:
-    """Get temperature at a location and date.
-
-    Args:
-        location: The location to get the temperature for, in the format "City, State, Country".
-        date: The date to get the temperature for, in the format "Year-Month-Day".
-        unit: The unit to return the temperature in. Defaults to "celsius".
-
-    Returns:
-        the temperature, the location, the date and the unit in a dict
-    """
     result: dict[str, Any] = _example().get_temperature_date(location, date, unit)
     return result
 
+
+# the example's own docstrings, which the tools' schemas are read from: only the argument types differ
+get_current_temperature.__doc__ = _example().get_current_temperature.__doc__
+get_temperature_date.__doc__ = _example().get_temperature_date.__doc__
 
 #: examples/temperature.py's functions, every argument an enum
 TOOLS: list[Callable[..., Any]] = [get_current_temperature, get_temperature_date]

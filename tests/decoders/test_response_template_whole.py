@@ -111,10 +111,33 @@ TOGETHER = [
         },
         ['<tt>x</t>y<c f>{"a": 1}</c><t>z</t><c g>[1]</c><end> rest', "<t><c f>{}</c>", "<c  f>{}</c><end>"],
     ),
+    # delimiters searched together only by looking into a group they begin with, or naming groups
+    (
+        {
+            "start_anchor": "A:",
+            "fields": {
+                "reasoning_content": {"open": "<think>", "close_pattern": r"(?:</think>)\s*"},
+                "tool_calls": {
+                    "open_pattern": r"<tool_call>(?P<name>\w+)\n?",
+                    "close": "</tool_call>",
+                    "content": "json",
+                    "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+                },
+                "content": {"close_pattern": r"(?:<\|eot_id\|>|>>>all\n)\s*"},
+            },
+        },
+        [
+            '<think>a</think>  b<tool_call>f\n{"x": 1}</tool_call>c<|eot_id|> d',
+            "x>>>all\n y<think>",
+            '<tool_call>g{"y": [2]}</tool_call><tool_call>h\nnope</tool_call>>>>all',
+            "<|eot_id|>",
+            "",
+        ],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("spec", "texts"), TOGETHER, ids=["qwen3_5", "qwen3", "literals"])
+@pytest.mark.parametrize(("spec", "texts"), TOGETHER, ids=["qwen3_5", "qwen3", "literals", "through-groups"])
 def test_delimiters_searched_together_read_as_the_stream_reads(spec: dict[str, Any], texts: list[str]) -> None:
     assert _together(spec) >= 2
     decoder = decoder_from_response_template(spec, prompt="")
@@ -122,33 +145,9 @@ def test_delimiters_searched_together_read_as_the_stream_reads(spec: dict[str, A
         whole_is_streamed(decoder, text)
 
 
-#: delimiters that are searched together only by looking into a group they begin with, or that name groups
-JOINED_THROUGH_GROUPS = {
-    "start_anchor": "A:",
-    "fields": {
-        "reasoning_content": {"open": "<think>", "close_pattern": r"(?:</think>)\s*"},
-        "tool_calls": {
-            "open_pattern": r"<tool_call>(?P<name>\w+)\n?",
-            "close": "</tool_call>",
-            "content": "json",
-            "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
-        },
-        "content": {"close_pattern": r"(?:<\|eot_id\|>|>>>all\n)\s*"},
-    },
-}
-
-
-def test_delimiters_are_searched_together_through_a_leading_group_and_with_named_groups() -> None:
-    assert _together(JOINED_THROUGH_GROUPS) == 4  # <think>, <tool_call>, and the two starts of the close
-    decoder = decoder_from_response_template(JOINED_THROUGH_GROUPS, prompt="")
-    for text in [
-        '<think>a</think>  b<tool_call>f\n{"x": 1}</tool_call>c<|eot_id|> d',
-        "x>>>all\n y<think>",
-        '<tool_call>g{"y": [2]}</tool_call><tool_call>h\nnope</tool_call>>>>all',
-        "<|eot_id|>",
-        "",
-    ]:
-        whole_is_streamed(decoder, text)
+def test_a_leading_group_and_named_groups_do_not_keep_delimiters_apart() -> None:
+    spec, _ = TOGETHER[-1]
+    assert _together(spec) == 4  # <think>, <tool_call>(?P<name>...), and the two starts of (?:<|eot_id|>|>>>all\n)
 
 
 def test_a_region_that_never_closes_runs_to_the_end() -> None:

@@ -328,64 +328,31 @@ def _top_level_alternatives(pattern: str) -> list[str] | None:
     >>> _top_level_alternatives(r"<a>|\\G(?=[\\s\\S]*?(?:x|[|)]))")
     ['<a>', '\\\\G(?=[\\\\s\\\\S]*?(?:x|[|)]))']
     """
-    parts, depth, start, i, n = [], 0, 0, 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            end = _class_end(pattern, i)
-            if end is None:
-                return None
-            i = end
-            continue
+    marks = _structure(pattern)
+    if marks is None:
+        return None
+    parts, depth, start = [], 0, 0
+    for i, c in marks:
         if c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
             if depth < 0:
                 return None
-        elif c == "|" and depth == 0:
+        elif depth == 0:
             parts.append(pattern[start:i])
             start = i + 1
-        i += 1
     if depth:
         return None
     parts.append(pattern[start:])
     return parts
 
 
-def _class_end(pattern: str, i: int) -> int | None:
-    """Where the character class that opens at ``pattern[i]`` ends (after its ``]``), or None for one this
-    reading does not follow (a nested set, the regex module's V1; or no end)."""
-    j, n = i + 1, len(pattern)
-    if pattern.startswith("^", j):
-        j += 1
-    if pattern.startswith("]", j):
-        j += 1
-    while j < n and pattern[j] != "]":
-        if pattern[j] == "[":
-            return None  # a nested set, or a literal "[" we need not guess at
-        j += 2 if pattern[j] == "\\" else 1
-    return j + 1 if j < n else None
-
-
 def _leading_group(alternative: str) -> str | None:
     """The inside of the non-capturing group ``alternative`` begins with, when that group must match
     (no quantifier after it), else None."""
-    depth, i, n = 0, 0, len(alternative)
-    while i < n:
-        c = alternative[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            end = _class_end(alternative, i)
-            if end is None:
-                return None
-            i = end
-            continue
+    depth = 0
+    for i, c in _structure(alternative) or ():
         if c == "(":
             depth += 1
         elif c == ")":
@@ -393,8 +360,36 @@ def _leading_group(alternative: str) -> str | None:
             if depth == 0:
                 after = alternative[i + 1 : i + 2]
                 return None if after and after in "*+?{" else alternative[3:i]
-        i += 1
     return None
+
+
+def _structure(pattern: str) -> list[tuple[int, str]] | None:
+    """Where ``pattern``'s ``(``, ``)`` and ``|`` are, outside escapes and character classes; None for a class
+    this reading does not follow (a nested set, the regex module's V1; or one with no end)."""
+    marks, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            j = i + 1
+            if pattern.startswith("^", j):
+                j += 1
+            if pattern.startswith("]", j):
+                j += 1
+            while j < n and pattern[j] != "]":
+                if pattern[j] == "[":
+                    return None  # a nested set, or a literal "[" we need not guess at
+                j += 2 if pattern[j] == "\\" else 1
+            if j >= n:
+                return None
+            i = j + 1
+            continue
+        if c in "()|":
+            marks.append((i, c))
+        i += 1
+    return marks
 
 
 class Member:
