@@ -236,20 +236,18 @@ def test_the_command_line_runs_the_local_loop(roundtrip: dict[str, Any]) -> None
 
 
 def test_the_command_line_runs_the_loop_against_chatcodec_serve(served: Server, roundtrip: dict[str, Any]) -> None:
-    """chatcodec tools run --url: a forced first round, its call executed; the last round asks for the answer.
-
-    The call is forced by name: the command sends no parallel_tool_calls, and a "required" round may go on with
-    call after call, which no max_tokens bounds."""
+    """chatcodec tools run --url: a forced first round, one call at a time (a "required" round that may make
+    call after call has no bound), its call executed; the last round asks for the answer."""
     code, stdout, stderr = run(
         ["tools", "run", BOUNDED, "-p", roundtrip["messages"][0]["content"], "--url", served.url + "/v1",
-         "--tool-choice", "get_temperature_date", "--max-rounds", "2", "--max-tokens", str(forced.CALL_TOKENS),
-         "--temperature", "0"]
+         "--tool-choice", "required", "--no-parallel-tool-calls", "--max-rounds", "2",
+         "--max-tokens", str(forced.CALL_TOKENS), "--temperature", "0"]
     )  # fmt: skip
     assert code == 0, stderr
     transcript = json.loads(stdout)
     roles = [m["role"] for m in transcript]
     assert roles[:2] == ["user", "assistant"] and roles[-1] == "assistant"
-    assert roles[2:-1] == ["tool"] * len(transcript[1]["tool_calls"]) and transcript[1]["tool_calls"]
+    assert roles[2:-1] == ["tool"] and len(transcript[1]["tool_calls"]) == 1
     schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in roundtrip["tools"]}
     for call, result in zip(transcript[1]["tool_calls"], transcript[2:-1], strict=True):
         jsonschema.validate(json.loads(call["function"]["arguments"]), schemas[call["function"]["name"]])
@@ -261,7 +259,8 @@ def test_the_command_line_runs_the_loop_against_chatcodec_serve(served: Server, 
         lines[0]
         == "chatcodec: note: asking model 'SmolLM2-135M-Instruct', the first the server lists (choose with --model)"
     )
-    assert lines[1].startswith("chatcodec: round 1: get_temperature_date(")
+    called = transcript[1]["tool_calls"][0]["function"]["name"]
+    assert lines[1].startswith(f"chatcodec: round 1: {called}(")
     assert lines[2] == "chatcodec: round 2: the model answered"
     assert lines[3] == (
         f"chatcodec: note: each round asked for at most {forced.CALL_TOKENS} tokens (--max-tokens N to change it)"

@@ -111,6 +111,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     loop.add_argument(
         "--keep-tool-choice", action="store_true", help="send --tool-choice in every round, not only the first"
     )
+    loop.add_argument(
+        "--no-parallel-tool-calls",
+        action="store_true",
+        help="ask for at most one call a round (parallel_tool_calls: false)",
+    )
     loop.add_argument("--max-rounds", type=int, default=8, metavar="N", help="at most N requests (default: 8)")
     loop.add_argument("--call-timeout", type=float, default=30.0, metavar="SECONDS", help="per tool call (default: 30)")
     loop.add_argument(
@@ -235,11 +240,13 @@ def _run_loop(args: argparse.Namespace, out: IO[str]) -> int:
 def _run_with(args: argparse.Namespace, out: IO[str], messages: list[dict[str, Any]], toolbox: Toolbox) -> int:
     """The loop and its transcript, while the toolbox (and its MCP servers) is open."""
     client, model = _server(args) if args.url is not None else _embedded(args)
-    params = {
+    params: dict[str, Any] = {
         key: value
         for key, value in (("max_tokens", args.max_tokens), ("temperature", args.temperature), ("seed", args.seed))
         if value is not None
     }
+    if args.no_parallel_tool_calls:
+        params["parallel_tool_calls"] = False
     common.flush_notes()
     # said when the loop ends (or in brackets after its error), once the rounds have shown what they did
     common.note(f"each round asked for at most {args.max_tokens} tokens (--max-tokens N to change it)")
