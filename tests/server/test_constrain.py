@@ -67,6 +67,23 @@ def test_text_without_a_marker(vocab: GGUFTokenizer, marker: str, pieces: list[s
     assert accepts(vocab, grammar, text + marker) is False
 
 
+def test_tool_choice_none_in_the_generic_protocol_never_opens_a_call(vocab: GGUFTokenizer) -> None:
+    """The generic decoder skips every white space character (``\\s``) before a "{" that opens a call, so the answer
+    of tool_choice "none" may begin with none of them: each is refused before "{", and the text decodes as no call."""
+    from chatcodec.decoders import decoder
+    from chatcodec.server.constrain import text_constraint
+
+    grammar = text_constraint().grammar
+    generic = decoder("generic")
+    opened = '{"tool_calls": [{"name": "f", "arguments": {}}]}'
+    for space in (c for c in map(chr, range(0x3001)) if c.isspace()):
+        assert generic.decode(space + opened).tool_calls, repr(space)  # what the grammar must not let through
+        assert not accepts(vocab, grammar, space + opened), repr(space)
+    assert not accepts(vocab, grammar, opened)
+    for answer in ("It is sunny.", "x{}", "\u00e9t\u00e9 {"):
+        assert accepts(vocab, grammar, answer) and not generic.decode(answer).tool_calls, answer
+
+
 def call(name: str, arguments: dict[str, Any]) -> str:
     return json.dumps({"name": name, "arguments": arguments})
 

@@ -241,8 +241,12 @@ def _generic(
     return Constraint(g.build(root), schema, what)
 
 
-#: an answer in the generic protocol: text that does not open a JSON object (which would be a call)
-_PLAIN_TEXT = "[^{ \\t\\n\\r] [^\\x00]*"
+#: an answer in the generic protocol: text that does not open a JSON object (which would be a call). Its first
+#: character is neither "{" nor any white space the decoder skips before one (``\\s``, Python's ``str.isspace``):
+#: "\\x0b{...}" would otherwise be a call under tool_choice "none"
+_PLAIN_TEXT = (
+    "[^{\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000] [^\\x00]*"
+)
 
 
 def text_constraint(thinking: Thinking | None = None) -> Constraint:
