@@ -19,14 +19,18 @@ import openai
 import pytest
 from pydantic import TypeAdapter
 
+from chatcodec import load_template
+from chatcodec.backends import default_model_path
 from chatcodec.decoders import Delta, ToolCallDelta
 from chatcodec.server.chat import Outcome
+from chatcodec.server.dialects.messages import parse_messages
 from chatcodec.server.dialects.responses import EventStream, parse_responses, response_object
 from chatcodec.server.errors import APIError
 from chatcodec.server.store import ResponseStore, Stored
 
 from .. import forced
 from .conftest import Server, chatcodec_serve
+from .test_constrain import served_grammar
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "dialects.md"
 MODEL = "SmolLM2-135M-Instruct"
@@ -571,10 +575,42 @@ def test_the_guides_python_blocks_run() -> None:
         assert done.returncode == 0, done.stderr
 
 
-def test_the_guides_curl_lines_run(served: Server) -> None:
-    lines = [
+def _curl_lines() -> list[str]:
+    return [
         line for block in _blocks("bash") for line in block.replace("\\\n", " ").splitlines() if line.startswith("curl")
     ]
+
+
+def _forced(line: str) -> tuple[str, dict[str, Any]] | None:
+    """``(path, body)`` of a guide's curl line that forces a tool call, else None."""
+    (body_text,) = re.findall(r"-d '(.*?)'", line)
+    body = json.loads(body_text)
+    choice = body.get("tool_choice")
+    if choice == "required" or (isinstance(choice, dict) and choice.get("type") == "any"):
+        return line.split()[1].removeprefix("http://127.0.0.1:8000"), body
+    return None
+
+
+def test_the_guides_forced_calls_are_whole_within_their_limit() -> None:
+    """Each forced call of the guide's curl lines: one call at a time, greedy, and the longest text the grammar the
+    server builds for it admits (tests/forced.py) within its token limit."""
+    smol = load_template(default_model_path())
+    found = [forced_line for line in _curl_lines() if (forced_line := _forced(line)) is not None]
+    assert sorted(path for path, _ in found) == ["/v1/messages", "/v1/responses"]
+    for path, body in found:
+        if path == "/v1/responses":
+            request, limit = parse_responses(body).chat, body["max_output_tokens"]
+            assert body["parallel_tool_calls"] is False
+        else:
+            request, limit = parse_messages(body), body["max_tokens"]
+            assert body["tool_choice"]["disable_parallel_tool_use"] is True
+        assert body["temperature"] == 0
+        bound = forced.longest(served_grammar(smol, request)) + 1
+        assert bound == 470 <= limit, (path, bound)  # 470: what the guide says
+
+
+def test_the_guides_curl_lines_run(served: Server) -> None:
+    lines = _curl_lines()
     assert len(lines) >= 4
     for line in lines:
         done = subprocess.run(
@@ -586,3 +622,18 @@ def test_the_guides_curl_lines_run(served: Server) -> None:
         assert done.returncode == 0, (line, done.stderr)
         answer = json.loads(done.stdout)
         assert answer.get("error") is None and answer.get("type") != "error", (line, answer)
+        forced_call = _forced(line)
+        if forced_call is None:
+            continue
+        path, body = forced_call
+        schema = body["tools"][0].get("parameters") or body["tools"][0]["input_schema"]
+        if path == "/v1/responses":  # the one call, whole (not cut by max_output_tokens)
+            assert answer["status"] == "completed", answer
+            (call,) = [item for item in answer["output"] if item["type"] == "function_call"]
+            assert call["name"] == "get_weather" and call["status"] == "completed"
+            jsonschema.validate(json.loads(call["arguments"]), schema)
+        else:
+            assert answer["stop_reason"] == "tool_use", answer
+            (call,) = [block for block in answer["content"] if block["type"] == "tool_use"]
+            assert call["name"] == "get_weather"
+            jsonschema.validate(call["input"], schema)
