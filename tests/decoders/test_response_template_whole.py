@@ -8,8 +8,13 @@ search, :func:`parse_content`, the digit-by-digit id, and above all the stream's
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
+import pickle
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -291,3 +296,45 @@ def test_call_ids_are_a_counter_through_a_bijection_written_digit_by_digit() -> 
     numbers = {ids.number(k) for k in sample}
     assert len(numbers) == len(sample) and min(numbers) >= 0 and max(numbers) < 62**12
     assert len({base.new_call_id() for _ in range(3 * ids.BATCH)}) == 3 * ids.BATCH
+
+
+def test_a_whole_reads_call_ids_are_made_when_first_read_and_then_kept() -> None:
+    """A whole read leaves a call's fresh id unmade (a decode spends nothing on ids nobody reads); the first read
+    makes it, every later read, a copy, a pickle and equality see that one, and threads reading it first at once
+    all read the same id."""
+    rt = {"start_anchor": "A:", "fields": {
+        "tool_calls": {"open": "<c>", "close": "</c>", "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"content": "text"}}}  # fmt: skip
+    decoder = decoder_from_response_template(rt, prompt="A:")
+    text = '<c>{"name": "f", "arguments": {"x": 1}}</c><c>{"name": "g", "arguments": {}}</c>'
+    first, second = decoder.decode(text).tool_calls
+    with pytest.raises(AttributeError):
+        base._ID_SLOT.__get__(first, base.ToolCall)  # not made yet
+    made = first.id
+    assert made.startswith("call_") and len(made) == 29 and first.id is made
+    assert base._ID_SLOT.__get__(first, base.ToolCall) is made
+    assert copy.copy(first).id == made and pickle.loads(pickle.dumps(first)) == first
+    assert first.to_openai()["id"] == made and second.id not in (made, "")
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        first.nope  # noqa: B018 (other missing attributes are missing as before)
+    assert len({decoder.decode(text).tool_calls[0].id for _ in range(500)}) == 500
+
+
+def test_threads_reading_a_late_id_first_at_once_read_one_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = base.next_call_id
+
+    def slow() -> str:  # widen the window between seeing no id and setting one
+        time.sleep(0.01)
+        return made()
+
+    monkeypatch.setattr(base, "next_call_id", slow)
+    call = base.make_call("f", {}, "{}", None, "", None, 0)
+    start = threading.Barrier(8)
+
+    def read(_: int) -> str:
+        start.wait()
+        return call.id
+
+    with ThreadPoolExecutor(8) as pool:
+        assert len(set(pool.map(read, range(8)))) == 1

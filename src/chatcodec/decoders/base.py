@@ -19,6 +19,7 @@ import itertools
 import json
 import random
 import string
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -169,9 +170,10 @@ class ToolCall:
     itself when it is not JSON. ``arguments_json`` is exactly the text the stream sent as argument
     deltas: JSON for every valid call. ``id`` is the model's own id when it wrote one before the
     arguments (Kimi's ``functions.f:0``, Mistral's ``[CALL_ID]``), else a fresh one made when the
-    call was announced: the id a stream sends is the id the message keeps. ``raw`` is the source
-    text of the call, so nothing the model wrote is lost even when ``error`` says the call was cut
-    off or malformed. ``index`` is the call's place in the stream (its ``ToolCallDelta.index``).
+    call was announced: the id a stream sends is the id the message keeps (a whole read, which
+    announces nothing, makes it when it is first read). ``raw`` is the source text of the call, so
+    nothing the model wrote is lost even when ``error`` says the call was cut off or malformed.
+    ``index`` is the call's place in the stream (its ``ToolCallDelta.index``).
     """
 
     name: str
@@ -185,6 +187,12 @@ class ToolCall:
     def __post_init__(self) -> None:
         if not self.id:
             object.__setattr__(self, "id", new_call_id())
+
+    def __getattr__(self, name: str) -> Any:
+        # reached only for a slot never set: the id of a call make_call() built without one, made when first read
+        if name != "id":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return _late_id(self)
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI ``tool_calls`` entry.
@@ -245,19 +253,43 @@ _MESSAGE_SLOTS = tuple(AssistantMessage.__dict__[name].__set__ for name in Assis
 
 
 def make_call(
-    name: str, arguments: Any, arguments_json: str, call_id: str, raw: str, error: str | None, index: int
+    name: str, arguments: Any, arguments_json: str, call_id: str | None, raw: str, error: str | None, index: int
 ) -> ToolCall:
-    """``ToolCall(name, arguments, arguments_json, call_id, raw, error, index)`` with ``call_id`` given."""
+    """``ToolCall(name, arguments, arguments_json, call_id, raw, error, index)``. Without ``call_id`` (None) the
+    call's fresh id is made when it is first read: a whole decode then spends nothing on ids nobody reads, and
+    the id, once read, stays.
+
+    >>> call = make_call("f", {}, "{}", None, "", None, 0)
+    >>> call.id.startswith("call_") and call.id == call.id and call == call
+    True
+    """
     call = _new(ToolCall)
     s_name, s_arguments, s_json, s_id, s_raw, s_error, s_index = _CALL_SLOTS
     s_name(call, name)
     s_arguments(call, arguments)
     s_json(call, arguments_json)
-    s_id(call, call_id)
+    if call_id is not None:
+        s_id(call, call_id)
     s_raw(call, raw)
     s_error(call, error)
     s_index(call, index)
     return call
+
+
+_ID_SLOT = ToolCall.__dict__["id"]
+_ID_LOCK = threading.Lock()
+
+
+def _late_id(call: ToolCall) -> str:
+    """The id of a call built without one (:func:`make_call`): made once, under a lock, so that two threads that
+    read it first at once read the same id."""
+    with _ID_LOCK:
+        try:
+            made: str = _ID_SLOT.__get__(call, ToolCall)
+        except AttributeError:
+            made = next_call_id()
+            _ID_SLOT.__set__(call, made)
+        return made
 
 
 def make_message(

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from ..exceptions import DecodeError
 from ..render import ChatTemplate
-from .base import AssistantMessage, Sink, ToolCall, make_call, make_message, next_call_id, parse_arguments
+from .base import AssistantMessage, Sink, ToolCall, make_call, make_message, parse_arguments
 from .format import Decoder, Format
 from .machine import MachineBase, Options, ThinkSpec
 from .prompt import as_template, generation_prompt
@@ -891,7 +891,7 @@ def read_whole(
             body = text[start:first]
             for k, (name, value, arguments, call_id, error) in enumerate(parsed_calls(current, body, captures, params)):
                 index = len(valid) + len(invalid)
-                call = make_call(name, value, arguments, call_id or next_call_id(), "" if k else body, error, index)
+                call = make_call(name, value, arguments, call_id, "" if k else body, error, index)
                 (valid if error is None else invalid).append(call)  # the region's first call holds its text
         if best is None or (best.closes and not had and first == pos):
             if best is not None and pos < n and implicit is not None and implicit.role != "calls":
