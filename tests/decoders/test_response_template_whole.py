@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from chatcodec.decoders import base, decoder_from_response_template
+from chatcodec import DecodeError
+from chatcodec.decoders import base, decoder_from_response_template, response_reader
 from chatcodec.decoders.response_content import content_parser, parse_content, regex_module, tool_params
 from chatcodec.decoders.response_reader import _delimiter_search, _literal_starts, load_response_template
 
@@ -338,3 +339,38 @@ def test_threads_reading_a_late_id_first_at_once_read_one_id(monkeypatch: pytest
 
     with ThreadPoolExecutor(8) as pool:
         assert len(set(pool.map(read, range(8)))) == 1
+
+
+def _spec(close: str = "</c>") -> dict[str, Any]:
+    return {"start_anchor": "A:", "fields": {
+        "tool_calls": {"open": "<c>", "close": close, "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"content": "text"}}}  # fmt: skip
+
+
+def test_a_compiled_template_is_kept_by_its_json_and_never_shared_with_another() -> None:
+    """load_response_template compiles a template once (decoder_for builds a decoder per request); what it keeps is
+    bounded, holds a copy of the spec, and is never given for a spec that only writes the same JSON."""
+    spec = _spec()
+    first = load_response_template(spec)
+    assert load_response_template(_spec()) is first and first.spec == spec and first.spec is not spec
+    spec["fields"]["tool_calls"]["close"] = "</d>"  # the caller's dict changes: what was compiled does not
+    assert first.fields[0].close is not None and first.fields[0].close.literals == ("</c>",)
+    assert load_response_template(spec).fields[0].close.literals == ("</d>",)  # type: ignore[union-attr]
+    # the same JSON, not the same template: a tuple is no list to transformers, so chatcodec refuses it
+    tupled = _spec()
+    tupled["fields"]["tool_calls"]["open"] = ("<c>",)
+    with pytest.raises(DecodeError, match="open must be a non-empty string or a list"):
+        load_response_template(tupled)
+    # the fields' order is the last tie-break: two orders are two templates
+    swapped = _spec()
+    swapped["fields"] = dict(reversed(list(swapped["fields"].items())))
+    assert load_response_template(swapped) is not first
+    assert [f.name for f in load_response_template(swapped).fields] == ["content", "tool_calls"]
+    # bounded: 16 templates, and none whose JSON is over 64 KiB
+    for n in range(40):
+        load_response_template(_spec(f"</c{n}>"))
+    assert len(response_reader._COMPILED) == response_reader._COMPILED_SIZE == 16
+    huge = _spec("</" + "c" * 70_000 + ">")
+    assert load_response_template(huge) is not load_response_template(huge)
+    assert all(len(key) <= 1 << 16 for key in response_reader._COMPILED)
