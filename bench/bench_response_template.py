@@ -12,12 +12,13 @@ the machine disturbed least. One run takes under a minute.
 Exit status 1 if the ratio is under 10 (needs ../shared and transformers, a dev dependency).
 
 On a busy machine, count instructions instead of time: valgrind's callgrind counts the same total for the same
-run whatever else the machine does. One side's instructions per output are the difference between two runs::
+run whatever else the machine does, once the hash seed is fixed (else the setup's own count moves by more than
+the rounds'). One side's instructions per output are the difference between two runs::
 
-    for r in 1 4; do PYTHONPATH=src valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
+    for r in 1 9; do PYTHONHASHSEED=0 PYTHONPATH=src valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         python bench/bench_response_template.py --side chatcodec --rounds $r; done
 
-(``Collected`` of the second minus the first, over 3 x 218 outputs; the same with ``--side transformers``.)
+(``Collected`` of the second minus the first, over 8 x 218 outputs; the same with ``--side transformers``.)
 """
 
 from __future__ import annotations

@@ -135,8 +135,9 @@ _COMPILED_LOCK = threading.Lock()
 
 
 def load_response_template(spec: Any) -> ResponseTemplate:
-    """Validate a ``response_template`` dict as transformers 5.24 does, and compile it (a template compiled
-    before is taken from a small cache: a compiled template holds a copy of ``spec``, not ``spec`` itself).
+    """Validate a ``response_template`` dict as transformers 5.24 does, and compile it (or take it from a small
+    cache of templates compiled before, each compiled from a copy of its dict, which later changes to the
+    caller's dict do not reach).
 
     Anything transformers would reject, and any field chatcodec has no place for, is a one-line
     :class:`~chatcodec.DecodeError`.
