@@ -301,8 +301,7 @@ def test_call_ids_are_a_counter_through_a_bijection_written_digit_by_digit() -> 
 
 def test_a_whole_reads_call_ids_are_made_when_first_read_and_then_kept() -> None:
     """A whole read leaves a call's fresh id unmade (a decode spends nothing on ids nobody reads); the first read
-    makes it, every later read, a copy, a pickle and equality see that one, and threads reading it first at once
-    all read the same id."""
+    makes it, and every later read, a copy, a pickle and equality see that one."""
     rt = {"start_anchor": "A:", "fields": {
         "tool_calls": {"open": "<c>", "close": "</c>", "content": "json",
                        "transform": {"type": "function", "function": "{content}"}},
@@ -323,6 +322,7 @@ def test_a_whole_reads_call_ids_are_made_when_first_read_and_then_kept() -> None
 
 
 def test_threads_reading_a_late_id_first_at_once_read_one_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight threads read a call's unmade id at once, its making slowed: all read one id (it is made under a lock)."""
     made = base.next_call_id
 
     def slow() -> str:  # widen the window between seeing no id and setting one
