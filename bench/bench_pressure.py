@@ -45,9 +45,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the caches' documented bound (docs/security.md): the vocabulary's stretches, the codec's caller text, the
-#: codec's history, 64 MiB each
-CACHE_BOUND = 3 * 64 << 20
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+
+# the memory test's own measures: the hostile text, a process's RSS and its children, and the caches' bound
+from tests.server.test_pressure import CACHE_BOUND, children, hostile, rss  # noqa: E402
 
 
 def free_port() -> int:
@@ -65,18 +66,6 @@ def request(port: int, method: str, path: str, body: bytes | None = None, timeou
         return answer.status, answer.read()
     finally:
         conn.close()
-
-
-def rss(pid: int) -> int:
-    """The resident size of process ``pid``, in bytes (Linux)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
-def hostile(rng: random.Random, size: int) -> str:
-    return "".join(rng.choice("<[>]") for _ in range(size))
 
 
 def quantiles(seconds: list[float]) -> str:
@@ -150,20 +139,6 @@ def health_under_load(port: int, idle: float, seconds: float, names: list[str]) 
     statuses = sorted({status for _, status in done})
     print(f"load: {len(done)} requests ({', '.join(sorted({p for p, _ in done}))}), statuses {statuses}")
     return set(statuses) <= ({200, 400} if "grammar" in names else {200})
-
-
-def children(pid: int) -> list[int]:
-    """The child processes of ``pid`` (Linux): the server's token and grammar workers."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return sorted(found)
 
 
 def rss_after_prompts(port: int, pid: int, prompts: int, mib: float) -> bool:
