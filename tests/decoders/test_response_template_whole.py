@@ -299,14 +299,18 @@ def test_call_ids_are_a_counter_through_a_bijection_written_digit_by_digit() -> 
     assert len({base.new_call_id() for _ in range(3 * ids.BATCH)}) == 3 * ids.BATCH
 
 
+def _spec(close: str = "</c>") -> dict[str, Any]:
+    """A response template with one kind of call region, closed by ``close``."""
+    return {"start_anchor": "A:", "fields": {
+        "tool_calls": {"open": "<c>", "close": close, "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"content": "text"}}}  # fmt: skip
+
+
 def test_a_whole_reads_call_ids_are_made_when_first_read_and_then_kept() -> None:
     """A whole read leaves a call's fresh id unmade (a decode spends nothing on ids nobody reads); the first read
     makes it, and every later read, a copy, a pickle and equality see that one."""
-    rt = {"start_anchor": "A:", "fields": {
-        "tool_calls": {"open": "<c>", "close": "</c>", "content": "json",
-                       "transform": {"type": "function", "function": "{content}"}},
-        "content": {"content": "text"}}}  # fmt: skip
-    decoder = decoder_from_response_template(rt, prompt="A:")
+    decoder = decoder_from_response_template(_spec(), prompt="A:")
     text = '<c>{"name": "f", "arguments": {"x": 1}}</c><c>{"name": "g", "arguments": {}}</c>'
     first, second = decoder.decode(text).tool_calls
     with pytest.raises(AttributeError):
@@ -339,13 +343,6 @@ def test_threads_reading_a_late_id_first_at_once_read_one_id(monkeypatch: pytest
 
     with ThreadPoolExecutor(8) as pool:
         assert len(set(pool.map(read, range(8)))) == 1
-
-
-def _spec(close: str = "</c>") -> dict[str, Any]:
-    return {"start_anchor": "A:", "fields": {
-        "tool_calls": {"open": "<c>", "close": close, "content": "json",
-                       "transform": {"type": "function", "function": "{content}"}},
-        "content": {"content": "text"}}}  # fmt: skip
 
 
 def test_a_compiled_template_is_kept_by_its_json_and_never_shared_with_another() -> None:
