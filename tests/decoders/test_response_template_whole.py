@@ -163,18 +163,60 @@ def test_a_region_that_never_closes_runs_to_the_end() -> None:
     assert (message.content, message.reasoning_content) == ("before ", "all the rest </r> too")
 
 
-def test_delimiters_that_could_match_at_one_place_are_not_searched_together() -> None:
-    spec = {
-        "start_anchor": "A:",
-        "fields": {
+#: delimiters that can match at one place (one's literal start begins another's), with texts where they do
+CLASHING = [
+    (  # the longer wins
+        {
             "reasoning_content": {"open": "<t>", "close": "</t>"},
-            "tool_calls": {"open": "<t>call", "close": "</tool>", "content": "json"},  # both at "<t>call"
+            "tool_calls": {"open": "<t>call", "close": "</tool>", "content": "json"},
             "content": {},
         },
-    }
-    assert _together(spec) == 0
+        ['<t>a</t><t>call{"name": "f", "arguments": {}}</tool>b', "<t>callx</t>", "<t>cal</t>", "x<t>"],
+    ),
+    (  # one length: an open before a close, then the first listed
+        {
+            "reasoning_content": {"open": "<x>", "close": "</x>"},
+            "tool_calls": {
+                "open_pattern": r"<x(?P<name>\w*)>",
+                "close": "</c>",
+                "content": "json",
+                "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+            },
+            "content": {"close_pattern": r"<x>|<e>"},
+        },
+        ["a<x>b</x>c<e>d", "<x>b</x><xf>{}</c>", "<e>rest", "<xg>[1]</c><x>", "a<x"],
+    ),
+    (  # a pattern whose literal start is one character, as in Kimi's and MiniMax's templates
+        {
+            "reasoning_content": {"open": "<think>", "close_pattern": r"</think>\s*"},
+            "tool_calls": {
+                "open_pattern": r"<(?:call>\s*<)?fn=(?P<name>[^>\n]+)>",
+                "close": "</fn>",
+                "content": "json",
+                "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+            },
+            "content": {"close_pattern": r"(?:<\|im_end\|>|\[EOS\])\s*"},
+        },
+        [
+            '<think>hm</think> a <call><fn=f>{"x": 1}</fn><fn=g>{}</fn><|im_end|>tail',
+            "<|im_end|>rest",
+            "a < b <| c <thin <|im_end <fn=f>[]</fn>",
+            "<think><fn=f></think>[EOS]",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "texts"), CLASHING, ids=["longest", "open-then-listed", "one-character-start"])
+def test_delimiters_that_could_match_at_one_place_are_settled_as_the_stream_settles_them(
+    fields: dict[str, Any], texts: list[str]
+) -> None:
+    spec = {"start_anchor": "A:", "fields": fields}
+    assert _together(spec) >= 2
+    assert load_response_template(spec).idle.clash
     decoder = decoder_from_response_template(spec, prompt="")
-    whole_is_streamed(decoder, '<t>a</t><t>call{"name": "f", "arguments": {}}</tool>b')
+    for text in texts:
+        whole_is_streamed(decoder, text)
 
 
 @pytest.mark.parametrize(

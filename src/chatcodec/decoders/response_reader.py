@@ -26,16 +26,18 @@ The content parsers are in :mod:`.response_content`; writing one for a format is
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..exceptions import DecodeError
 from ..render import ChatTemplate
-from .base import AssistantMessage, Sink, ToolCall, make_call, make_message, parse_arguments
+from .base import AssistantMessage, Sink, make_call, make_message, parse_arguments
 from .format import Decoder, Format
 from .machine import MachineBase, Options, ThinkSpec
 from .prompt import as_template, generation_prompt
@@ -94,6 +96,8 @@ class Field:
     shape: Callable[..., Any] | None = None
     #: the content parser with its arguments settled (:func:`~.response_content.content_parser`)
     parse: Callable[[str], Any] = str.strip
+    #: a tool-call region read into its calls (:func:`_caller`)
+    calls: Callable[[str, Mapping[str, str], Params], list[Call]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,9 @@ class ResponseTemplate:
     idle: State
     #: how many searches a whole read keeps, in the states that make more than one (one per watched pattern)
     slots: int
+    #: the whole read (:func:`_reader`): the text, whether reasoning is extracted, and the tools' parameter types
+    #: (:func:`~.response_content.tool_params`) in, the message out
+    read: Reader
 
     def tail(self, prompt: str) -> str:
         """The part of ``prompt`` after the last start anchor (all of it if there is none), as
@@ -188,7 +195,7 @@ def _compiled(spec: Any) -> ResponseTemplate:
         raise DecodeError("The response template needs a start_anchor or a start_anchor_pattern.")
     sink = implicit[0] if implicit else None
     idle, slots = _states(fields, sink)
-    return ResponseTemplate(spec, fields, sink, anchor, idle, slots)
+    return ResponseTemplate(spec, fields, sink, anchor, idle, slots, _reader(idle, sink, slots))
 
 
 def _field(rx: Any, name: str, raw: Any) -> Field:
@@ -234,7 +241,8 @@ def _field(rx: Any, name: str, raw: Any) -> Field:
         except rx.error as exc:
             raise DecodeError(f"{scope}: the tag_pattern is not a valid regular expression: {exc}.") from None
     shape = None if transform is None else _shaper(transform, each)
-    return Field(name, role, opener, closer, parser, args, transform, each, shape, content_parser(parser, args))
+    field = Field(name, role, opener, closer, parser, args, transform, each, shape, content_parser(parser, args))
+    return dataclasses.replace(field, calls=_caller(field)) if role == "calls" else field
 
 
 def _delimiter(rx: Any, scope: str, raw: Mapping[str, Any], literal_key: str, pattern_key: str) -> Delimiter | None:
@@ -427,14 +435,14 @@ def _structure(pattern: str) -> list[tuple[int, str]] | None:
 
 class Member:
     """A delimiter a whole read watches for: whether it closes, its field, its place among the state's
-    delimiters (the last tie-break), its pattern's group names, and the state that follows its match
-    (:func:`_states`)."""
+    delimiters (the last tie-break), its pattern's group names, the pattern a whole text is searched with, and
+    the state that follows its match (:func:`_states`)."""
 
-    __slots__ = ("closes", "field", "names", "order", "then")
+    __slots__ = ("closes", "field", "names", "order", "pattern", "then")
     then: State  # set by _states once every state is made
 
-    def __init__(self, closes: bool, field: Field, order: int, names: tuple[str, ...]) -> None:
-        self.closes, self.field, self.order, self.names = closes, field, order, names
+    def __init__(self, closes: bool, field: Field, order: int, names: tuple[str, ...], pattern: Any) -> None:
+        self.closes, self.field, self.order, self.names, self.pattern = closes, field, order, names, pattern
 
 
 #: one search of a state that makes several: ``(pattern, slot, the member it finds, None)``, or for delimiters
@@ -445,18 +453,21 @@ Watched = tuple[Any, int, Member, tuple[tuple[str, Member], ...] | None]
 
 class State:
     """What a whole read watches in one state (outside every region, or inside one): one search (``search``,
-    finding ``single``, or one of ``tagged`` told apart by the literal text it begins with), or when its
+    finding ``single``, or one of ``tagged`` told apart by the literal text it begins with, :attr:`clash`), or when its
     delimiters cannot be found by one search, several (``watched``), each kept in a slot until the read
     passes its match."""
 
-    __slots__ = ("search", "single", "tagged", "watched")
+    __slots__ = ("clash", "search", "single", "tagged", "watched")
 
-    def __init__(self, watched: tuple[Watched, ...]) -> None:
+    def __init__(self, watched: tuple[Watched, ...], clash: bool = False) -> None:
         self.watched = watched  # () for a region that never closes: nothing ends it
         one = watched[0] if len(watched) == 1 else None
         self.search: Callable[[str, int], Any] | None = one[0].search if one is not None else None
         self.single = one[2] if one is not None and one[3] is None else None
         self.tagged: tuple[tuple[str, Member], ...] = (one[3] or ()) if one is not None else ()
+        #: whether two of the delimiters searched together can match at one place (one's literal start begins
+        #: another's): the text there then says which could, and :func:`_settle` which does
+        self.clash = clash
 
 
 #: what ties delimiters' groups together, or cannot be moved into a larger pattern: back-references and
@@ -490,28 +501,27 @@ def _members(state: State) -> list[Member]:
 
 
 def _state(delimiters: list[tuple[bool, Field, Delimiter]], slots: list[int]) -> State:
-    """The searches of one state, each with a slot counted in ``slots[0]``. Delimiters that cannot match at
-    the same place (each begins with literal text that is no prefix of another's, :func:`_literal_starts`)
-    are searched together as one pattern of alternatives: its leftmost match is the leftmost of any of them,
-    and only one of them can match there, so it is the one :func:`read_whole` would pick, in one search
-    instead of one each; which one it is, the text there says (its literal start). The alternatives are not
-    wrapped in groups to tell them apart: a group first in a branch hides the branches' first characters from
-    the engine, which then tries every position of the text instead of skipping to the next of those
-    characters."""
+    """The searches of one state, each with a slot counted in ``slots[0]``. Delimiters that begin with literal
+    text (:func:`_literal_starts`) are searched together as one pattern of alternatives: its leftmost match is
+    the leftmost of any of them, in one search instead of one each. Which one it is, the text there says (its
+    literal start); when one delimiter's literal start begins another's, both may match there, and
+    :func:`_settle` picks as :func:`_earliest` would. The alternatives are not wrapped in groups to tell them
+    apart: a group first in a branch hides the branches' first characters from the engine, which then tries
+    every position of the text instead of skipping to the next of those characters."""
     members: list[tuple[Member, Any, tuple[str, ...] | None]] = []
     for order, (closes, field, delim) in enumerate(delimiters):
-        member = Member(closes, field, order, tuple(delim.pattern.groupindex))
+        member = Member(closes, field, order, tuple(delim.pattern.groupindex), delim.whole)
         starts = delim.literals if delim.literals is not None else _literal_starts(delim.whole)
         members.append((member, delim.whole, starts))
     together: list[tuple[Member, Any]] = []
     taken: list[tuple[str, Member]] = []
+    clash = False
     for member, pattern, starts in members:
         if not starts or not isinstance(pattern, re.Pattern) or _UNMOVABLE.search(pattern.pattern):
             continue
-        if any(a.startswith(b) or b.startswith(a) for a in starts for b, _ in taken):
-            continue
         if set(member.names) & {name for other, _ in together for name in other.names}:
             continue  # one name for two groups
+        clash = clash or any(a.startswith(b) or b.startswith(a) for a in starts for b, _ in taken)
         together.append((member, pattern))
         taken.extend((start, member) for start in starts)
     found: list[Watched] = []
@@ -525,7 +535,7 @@ def _state(delimiters: list[tuple[bool, Field, Delimiter]], slots: list[int]) ->
             found.append((joined, _slot(slots), together[0][0], tuple(taken)))
     grouped = {id(member) for member, _ in together} if joined is not None else set()
     found.extend((pattern, _slot(slots), member, None) for member, pattern, _ in members if id(member) not in grouped)
-    return State(tuple(found))
+    return State(tuple(found), clash and joined is not None)
 
 
 def _slot(slots: list[int]) -> int:
@@ -727,6 +737,8 @@ class ResponseMachine(MachineBase):
 
 #: one parsed call: ``(name, arguments, arguments JSON, id, error)``, the arguments being the JSON's value
 Call = tuple[str, Any, str, str | None, str | None]
+#: the tools' parameter types by tool (:func:`~.response_content.tool_params`)
+Params = Mapping[str, Mapping[str, tuple[str, ...]]]
 
 
 def _not_serializable(value: Any) -> Any:
@@ -745,27 +757,164 @@ if _c_encoder is not None:
         return "".join(_encode(value, 0))
 
 
-def parsed_calls(
-    field: Field, body: str, captures: Mapping[str, str], params: Mapping[str, Mapping[str, tuple[str, ...]]]
-) -> list[Call]:
+def parsed_calls(field: Field, body: str, captures: Mapping[str, str], params: Params) -> list[Call]:
     """Each call of a closed tool-call region (:data:`Call`); one invalid call holding the whole region
     when it does not parse. ``params`` is :func:`~.response_content.tool_params` of the tools."""
+    if field.calls is None:
+        raise DecodeError(f"The response-template field {field.name!r} holds no tool calls.")
+    return field.calls(body, captures, params)
+
+
+_PARSE_ERRORS = (ValueError, KeyError, TypeError, RecursionError)
+
+
+def _unparsed(captures: Mapping[str, str], exc: BaseException) -> Call:
+    """The one invalid call of a region whose content or transform failed with ``exc``."""
+    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+    why = f"the tool call does not parse with the response template: {reason}"
+    return str(captures.get("name", "")), "", "", None, why
+
+
+def _caller(field: Field) -> Callable[[str, Mapping[str, str], Params], list[Call]]:
+    """``field``'s tool-call regions read, compiled once into one Python function: the body, the captures and
+    the tools' parameter types in (:func:`~.response_content.tool_params`), each call of the region out
+    (:data:`Call`), or one invalid call holding the whole region when it does not parse.
+
+    The content is parsed, the transform applied, and the call taken from the value the transform makes:
+    its ``function`` (or the value itself), that object's ``name``, its ``arguments`` (or ``parameters``;
+    JSON text is parsed), and the value's ``id``. A transform that is an object says where each of these
+    comes from, so the value is not built and searched on every call; what only the content says (``"function":
+    "{content}"``) is checked as the region is read. The arguments are cast by the tool's schema as
+    transformers casts them, and are the value their JSON parses back to (what a stream's message holds).
+
+    >>> rt = load_response_template({"start_anchor": "A:", "fields": {"tool_calls": {"open": "<c>", "close": "</c>",
+    ...     "content": "json", "transform": {"type": "function", "function": "{content}"}}}})
+    >>> rt.fields[0].calls('{"name": "f", "arguments": {"x": 1}}', {}, {})
+    [('f', {'x': 1}, '{"x": 1}', None, None)]
+    """
     try:
-        value = field.parse(body)
-        shape = field.shape
-        if shape is not None:
-            if field.transform_each:
-                if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-                    raise ValueError("transform_each needs a list of objects")
-                value = [shape({**captures, **item}) for item in value]
-            else:
-                value = shape(captures, value)
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:
-        reason = f"the tool call does not parse with the response template: {str(exc).splitlines()[0]}"
-        return [(str(captures.get("name", "")), "", "", None, reason)]
-    if isinstance(value, list):
-        return [_call_of(item, params) for item in value]
-    return [_call_of(value, params)]
+        return _calls_source(field, isinstance(field.transform, Mapping))
+    except (SyntaxError, RecursionError, MemoryError, ValueError):  # nested past what the compiler takes
+        return _calls_source(field, False)
+
+
+def _calls_source(field: Field, static: bool) -> Callable[..., list[Call]]:
+    """:func:`_caller`'s function; with ``static``, the transform (an object) is read as it is written, else the
+    value it makes is built (:func:`_shaper`) and searched."""
+    out = _Source()
+    const = out.constant
+    out.names.update({
+        "_parse": field.parse, "_ERRORS": _PARSE_ERRORS, "_unparsed": _unparsed, "_to_json": _to_json,
+        "_dumps": json.dumps, "parse_arguments": parse_arguments, "cast_arguments": cast_arguments,
+    })  # fmt: skip
+    transform, each = field.transform, field.transform_each
+    places: dict[tuple[Any, ...], str] = {}
+
+    def look(node: Any, path: tuple[Any, ...]) -> None:
+        """Each placeholder of ``node`` looked up into a local, in the order the transform is written (so the
+        first missing one is the one that fails, as when the value is built)."""
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                look(value, (*path, key))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                look(value, (*path, i))
+        elif isinstance(node, str) and (whole := _PLACEHOLDER.fullmatch(node)) is not None:
+            root, *keys = whole.group(1).split(".")
+            source = "v" if root == "content" and not each else f"s[{const(root)}]" if each else f"c[{const(root)}]"
+            places[path] = local = f"x{len(places)}"
+            out(f"{local} = {source}" + "".join(f"[{const(key)}]" for key in keys))
+
+    def value(node: Any, path: tuple[Any, ...]) -> str:
+        """The source of ``node``'s value, built from the locals."""
+        if path in places:
+            return places[path]
+        if isinstance(node, Mapping):
+            return "{" + ", ".join(f"{const(k)}: {value(v, (*path, k))}" for k, v in node.items()) + "}"
+        if isinstance(node, list):
+            return "[" + ", ".join(value(v, (*path, i)) for i, v in enumerate(node)) + "]"
+        return const(node)
+
+    single = static and not each  # one call, its values in locals
+    out("def calls(body, c, params):")
+    out.depth = 1
+    with out.block("try:"):
+        out("v = _parse(body)")
+        if each:
+            out(
+                "if not isinstance(v, list) or not all(isinstance(item, dict) for item in v):",
+                "    raise ValueError('transform_each needs a list of objects')",
+            )
+        if single:
+            look(transform, ())
+        elif static:
+            out("found = []")
+            with out.block("for it in v:"):
+                out("s = {**c, **it}")
+                look(transform, ())
+                out(f"found.append(({''.join(f'{x}, ' for x in places.values())}))")  # () when nothing is looked up
+        elif transform is None:
+            out("found = v if isinstance(v, list) else [v]")
+        elif each:
+            out(f"found = [{const(field.shape)}({{**c, **it}}) for it in v]")
+        else:
+            out(f"found = {const(field.shape)}(c, v)", "found = found if isinstance(found, list) else [found]")
+    with out.block("except _ERRORS as exc:"):
+        out("return [_unparsed(c, exc)]")
+
+    def emit(call: str, last: bool = False) -> None:
+        if single:
+            out(f"return [{call}]")
+        else:
+            out(f"made.append({call})", *(() if last else ("continue",)))
+
+    if not single:
+        out("made = []")
+        names = ", ".join(places.values())
+        out(f"for {'item' if not static else f'({names},)' if names else '_'} in found:")
+        out.depth += 1
+    if static:
+        fn = transform.get("function", transform)
+        fn_path = ("function",) if "function" in transform else ()
+        function = "True" if "function" in transform else "False"
+        call_id = value(transform["id"], ("id",)) if "id" in transform else None
+        dynamic = not isinstance(fn, Mapping)  # "function": "{content}": what it is, the content says
+        if not dynamic:
+            keys = "arguments" if "arguments" in fn else "parameters" if "parameters" in fn else None
+            out(f"name = {value(fn['name'], (*fn_path, 'name')) if 'name' in fn else 'None'}")
+            out(f"arguments = {value(fn[keys], (*fn_path, keys)) if keys else '{}'}")
+        else:
+            out(f"fn = {value(fn, fn_path)}")
+            with out.block("if not isinstance(fn, dict):"):
+                out(f"item = {value(transform, ())}")
+                emit("('', item, _to_json(item), None, 'the tool call is not an object')")
+    else:
+        out("fn = item.get('function', item) if isinstance(item, dict) else None")
+        with out.block("if not isinstance(fn, dict):"):
+            emit("('', item, _to_json(item), None, 'the tool call is not an object')")
+        function, call_id, dynamic = "'function' in item", "item.get('id')", True
+    if dynamic:
+        out("name = fn.get('name')", "arguments = fn['arguments'] if 'arguments' in fn else fn.get('parameters', {})")
+    with out.block("if isinstance(arguments, str):"):
+        out("arguments, ok = parse_arguments(arguments)")
+        with out.block("if not ok:"):
+            emit("(str(name or ''), arguments, _dumps(arguments), None, 'the arguments are not valid JSON')")
+    if function != "False":
+        test = "" if function == "True" else f"{function} and "
+        with out.block(f"if {test}isinstance(name, str) and isinstance(arguments, dict):"):
+            out("types = params.get(name)", "if types:  # a tool whose parameters casting never changes is not copied")
+            out("    arguments = cast_arguments(arguments, types)")
+    if call_id is None:
+        out("call_id = None")
+    else:
+        out(f"call_id = {call_id}", "if not (isinstance(call_id, str) and call_id):", "    call_id = None")
+    with out.block("if not isinstance(name, str) or not name:"):
+        emit("('', arguments, _to_json(arguments), call_id, 'the tool call has no name')")
+    emit("(name, arguments, _to_json(arguments), call_id, None)", last=True)
+    if not single:
+        out.depth = 1
+        out("return made")
+    return out.function("calls", "<response-template calls>")
 
 
 def _shaper(transform: Any, each: bool = False) -> Callable[..., Any]:
@@ -840,32 +989,11 @@ def _walker(transform: Any) -> Callable[[Mapping[str, Any]], Any]:
     return lookup
 
 
-def _call_of(item: Any, params: Mapping[str, Mapping[str, tuple[str, ...]]]) -> Call:
-    """One parsed call (:data:`Call`), its arguments cast by the tool's schema. The arguments are the value
-    their JSON parses back to (what a stream's message holds), so a whole read need not parse it again."""
-    fn = item.get("function", item) if isinstance(item, dict) else None
-    if not isinstance(fn, dict):
-        return "", item, _to_json(item), None, "the tool call is not an object"
-    name = fn.get("name")
-    arguments = fn["arguments"] if "arguments" in fn else fn.get("parameters", {})
-    if isinstance(arguments, str):
-        arguments, ok = parse_arguments(arguments)
-        if not ok:
-            return str(name or ""), arguments, json.dumps(arguments), None, "the arguments are not valid JSON"
-    if isinstance(name, str) and isinstance(arguments, dict) and "function" in item:
-        types = params.get(name)
-        if types:  # a tool none of whose parameters casting changes is not copied
-            arguments = cast_arguments(arguments, types)
-    call_id = item.get("id")
-    if not (isinstance(call_id, str) and call_id):
-        call_id = None
-    if not isinstance(name, str) or not name:
-        return "", arguments, _to_json(arguments), call_id, "the tool call has no name"
-    return name, arguments, _to_json(arguments), call_id, None
-
-
 _UNSEEN = object()
 _NO_GROUPS: dict[str, str] = {}
+
+#: a compiled whole read (:func:`_reader`): the text, whether reasoning is extracted and the tools' parameter types in
+Reader = Callable[[str, bool, Params], AssistantMessage]
 
 
 def read_whole(
@@ -875,74 +1003,199 @@ def read_whole(
     extract_reasoning: bool = True,
 ) -> AssistantMessage:
     """The message in a whole text: :class:`ResponseMachine`'s regions, found in one pass with nothing to
-    wait for (no partial matches). A state whose delimiters one search finds makes that search from where
-    the read is; one that makes several keeps each match until the read passes it (:func:`_earliest`). The
-    whitespace rules are the stream's (:class:`~.base.Sink`)."""
-    implicit = rt.implicit
-    state = rt.idle
-    found: list[Any] | None = None  # the slots of the states that make several searches
-    content: list[str] = []
-    reasoning: list[str] = []
-    valid: list[ToolCall] = []
-    invalid: list[ToolCall] = []
-    captures = _NO_GROUPS
-    current, opened, start, pos, n = implicit, False, 0, 0, len(text)
-    while True:
-        search = state.search
-        if search is not None:
-            won = search(text, pos)
-            if won is None:
-                best, first = None, n
-            else:
-                first = won.start()
-                best = state.single
-                if best is None:  # of delimiters searched together, the one whose literal start is there
-                    for literal, best in state.tagged:  # noqa: B007 (the loop's last value is the one found)
-                        if text.startswith(literal, first):
-                            break
+    wait for (no partial matches), by the template's compiled reader (:func:`_reader`)."""
+    return rt.read(text, extract_reasoning, params)
+
+
+class _Source:
+    """Python source written line by line, each at the indent of the block it is in, with the values it names
+    (:meth:`constant`), compiled into a function (:meth:`function`)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 0
+        self.names: dict[str, Any] = {}
+
+    def __call__(self, *lines: str) -> None:
+        self.lines.extend("    " * self.depth + line for line in lines)
+
+    @contextlib.contextmanager
+    def block(self, head: str) -> Iterator[None]:
+        self(head)
+        self.depth += 1
+        yield
+        self.depth -= 1
+
+    def constant(self, value: Any) -> str:
+        """A name the source can use for ``value``."""
+        name = f"_k{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def function(self, name: str, filename: str) -> Callable[..., Any]:
+        """The function ``name`` the source defines."""
+        namespace = dict(self.names)
+        exec(compile("\n".join(self.lines), filename, "exec"), namespace)
+        return namespace[name]  # type: ignore[no-any-return]
+
+
+def _reader(idle: State, implicit: Field | None, slots: int) -> Reader:
+    """The whole read of a template, compiled once into one Python function: the regions found in one pass,
+    the state machine :func:`_states` describes unrolled into the function's own branches, each delimiter's
+    field, role and groups settled as it is written, not looked up at every step.
+
+    The read starts outside every region, in the implicit field (``implicit``; text outside every region is
+    dropped when there is none). It searches the outside state's delimiters from where it is. An open
+    delimiter starts its field's region: the text up to the field's close is the region's (all the rest when
+    it never closes), and the read goes on after the close, outside again. The implicit field's close ends
+    its stretch of text; a close that matches nothing, at the very start of a stretch, ends the read, and the
+    rest of the text is the implicit field's. Of delimiters that match at one place, the longest wins, then
+    an open, then the first listed (:class:`State`, :func:`_earliest`). The whitespace rules are the
+    stream's (:class:`~.base.Sink`): content keeps its white space unless it is only white space, reasoning
+    is stripped."""
+    out = _Source()
+    const = out.constant
+    out.names.update({
+        "_earliest": _earliest, "_UNSEEN": _UNSEEN, "_NO": _NO_GROUPS, "make_call": make_call,
+        "make_message": make_message, "_W": idle.watched, "_settle": _settle,
+    })  # fmt: skip
+
+    def route(field: Field | None, piece: str) -> None:
+        """Append ``piece``'s text to where ``field``'s text goes (a tool-call region's is its body)."""
+        if field is None or field.role == "calls":
+            return
+        out(f"{'content' if field.role == 'content' else 'think'}.append({piece})")
+
+    def calls(field: Field, body: str, captures: str) -> None:
+        """Parse the tool-call region ``body`` of ``field`` into calls; the region's first call keeps its text."""
+        out(
+            f"body = {body}",
+            f"for k, (name, value, arguments, call_id, error) in enumerate({const(field.calls)}(body, {captures},"
+            " params)):",
+            "    index = len(valid) + len(invalid)",
+            "    call = make_call(name, value, arguments, call_id, '' if k else body, error, index)",
+            "    (valid if error is None else invalid).append(call)",
+        )
+
+    def groups(target: str, names: tuple[str, ...], match: str) -> bool:
+        """``target`` = the groups of ``match`` that took part, by name; False when there are no names."""
+        if not names:
+            return False
+        out(f"{target} = {{}}")
+        for name in names:
+            out(f"v = {match}.group({name!r})", "if v is not None:", f"    {target}[{name!r}] = v")
+        return True
+
+    def implicit_calls(end: str, captures: str) -> None:
+        if implicit is not None and implicit.role == "calls":
+            with out.block("if opened:"):
+                calls(implicit, f"text[start:{end}]", captures)
+
+    def nothing_found() -> None:
+        if implicit is not None:
+            with out.block("if n > pos:"):
+                route(implicit, "text[pos:]")
+                out("opened = True")
+        implicit_calls("n", "_NO")
+        out("break")
+
+    def found(member: Member) -> None:
+        """The code for ``member`` found at ``first`` by the match ``won``."""
+        if member.closes:  # the implicit field's close
+            out("had = opened")
+            captures = "g" if groups("g", member.names, "won") else "_NO"
+            out("end = won.end()")
+            implicit_calls("first", captures)
+            with out.block("if not had and first == end:"):  # a zero-width close of nothing: the rest is the sink's
+                if implicit.role != "calls":  # type: ignore[union-attr]
+                    with out.block("if end < n:"):
+                        route(implicit, "text[end:]")
+                out("break")
+            out("pos = start = end", "opened = False", "continue")
+            return
+        field = member.field
+        implicit_calls("first", "_NO")
+        captures = "g" if groups("g", member.names, "won") else "_NO"
+        out("pos = won.end()")
+        inside = member.then
+        if inside.watched:
+            out(f"m = {const(inside.search)}(text, pos)", "stop = n if m is None else m.start()")
+        else:  # a field that never closes runs to the end of the text
+            out("m = None", "stop = n")
+        if field.role != "calls":
+            with out.block("if stop > pos:"):
+                route(field, "text[pos:stop]")
         else:
-            if found is None:
-                found = [_UNSEEN] * rt.slots
-            best, won, first = _earliest(state.watched, found, text, pos, n)
-        if first > pos and current is not None:  # the text before the delimiter is the current region's
-            opened = True
-            role = current.role
-            if role == "content" or (role == "reasoning" and not extract_reasoning):
-                content.append(text[pos:first])
-            elif role == "reasoning":
-                reasoning.append(text[pos:first])
-        had = opened
-        groups = _NO_GROUPS
-        if best is not None:
-            pos = won.end()
-            names = best.names
-            if names:
-                groups = {k: v for k in names if (v := won.group(k)) is not None}
-                if best.closes and groups:
-                    captures = {**captures, **groups}
-        if opened and current is not None and current.role == "calls":
-            body = text[start:first]
-            for k, (name, value, arguments, call_id, error) in enumerate(parsed_calls(current, body, captures, params)):
-                index = len(valid) + len(invalid)
-                call = make_call(name, value, arguments, call_id, "" if k else body, error, index)
-                (valid if error is None else invalid).append(call)  # the region's first call holds its text
-        if best is None or (best.closes and not had and first == pos):
-            if best is not None and pos < n and implicit is not None and implicit.role != "calls":
-                # a zero-width close of nothing: the rest is the sink's
-                (content if implicit.role == "content" or not extract_reasoning else reasoning).append(text[pos:])
-            break
-        if best.closes:
-            current, opened, captures = implicit, False, _NO_GROUPS
-        else:
-            current, opened, captures, start = best.field, True, groups, pos
-        state = best.then
-    joined = "".join(content)
-    return make_message(
-        joined if joined and not joined.isspace() else None,  # as joined.strip(): the same white space
-        "".join(reasoning).strip() or None,
-        tuple(valid),
-        tuple(invalid),
+            close = inside.single  # a region's state watches its one close
+            if close is not None and close.names:  # the close's groups join the open's
+                if captures == "_NO":
+                    out("g = _NO")
+                with out.block("if m is not None:"):
+                    groups("g2", close.names, "m")
+                    with out.block("if g2:"):
+                        out("g = {**g, **g2}")
+                captures = "g"
+            calls(field, "text[pos:stop]", captures)
+        out("if m is None:", "    break", "pos = start = m.end()", "opened = False", "continue")
+
+    members = _members(idle)
+    out(
+        "def read(text, extract_reasoning, params):",
+        "    content = []",
+        "    reasoning = []",
+        "    think = reasoning if extract_reasoning else content",
+        "    valid = []",
+        "    invalid = []",
+        "    n = len(text)",
+        "    pos = start = 0",
+        "    opened = False",
     )
+    out.depth = 1
+    if idle.watched and idle.search is None:
+        out(f"found = [_UNSEEN] * {slots}")
+    with out.block("while True:"):
+        if not idle.watched:
+            nothing_found()
+        else:
+            if idle.search is None:  # several searches (:func:`_earliest`)
+                out("best, won, first = _earliest(_W, found, text, pos, n)")
+                with out.block("if best is None:"):
+                    nothing_found()
+            else:
+                out(f"won = {const(idle.search)}(text, pos)")
+                with out.block("if won is None:"):
+                    nothing_found()
+                out("first = won.start()")
+            if implicit is not None:
+                with out.block("if first > pos:"):
+                    route(implicit, "text[pos:first]")
+                    out("opened = True")
+            if idle.search is None:
+                tests = [f"best is {const(member)}" for member in members]
+            elif idle.single is not None:
+                tests = ["True"]
+                members = [idle.single]
+            elif idle.clash:  # searched together, and two could match here
+                out(f"best, won = _settle({const(idle.tagged)}, text, first, won)")
+                members = list({id(m): m for _, m in idle.tagged}.values())
+                tests = [f"best is {const(member)}" for member in members]
+            else:  # searched together: the literal text at the match says which delimiter it is
+                members = list({id(m): m for _, m in idle.tagged}.values())
+                tests = [
+                    f"text.startswith({tuple(lit for lit, m in idle.tagged if m is member)!r}, first)"
+                    for member in members
+                ]
+            for i, (member, test) in enumerate(zip(members, tests, strict=True)):
+                last = i == len(members) - 1
+                with out.block("else:" if last and i else f"{'if' if i == 0 else 'elif'} {test}:"):
+                    found(member)
+    out.depth = 0
+    out(
+        "    joined = ''.join(content)",
+        "    return make_message(joined if joined and not joined.isspace() else None,",
+        "                        ''.join(reasoning).strip() or None, tuple(valid), tuple(invalid))",
+    )
+    return out.function("read", "<response-template reader>")
 
 
 def _earliest(
@@ -964,7 +1217,9 @@ def _earliest(
         at = m.start()
         if at > first:
             continue
-        member = single if tagged is None else next(one for lit, one in tagged if text.startswith(lit, at))
+        member = single
+        if tagged is not None:
+            member, m = _settle(tagged, text, at, m)
         place = (-m.end(), member.closes, member.order)
         if at < first or place < rank:
             first, rank, best, won, slot = at, place, member, m, at_slot
@@ -972,6 +1227,31 @@ def _earliest(
         return None, None, n
     found[slot] = _UNSEEN
     return best, won, first
+
+
+def _settle(tagged: tuple[tuple[str, Member], ...], text: str, at: int, won: Any) -> tuple[Member, Any]:
+    """Which of the delimiters searched together (``tagged``, :class:`State`) their joined match ``won``, at
+    ``at``, is: the one whose literal start is there, or when several are (one's start begins another's), the
+    one :func:`_earliest` picks of their own matches there (the longest, then an open, then the first listed),
+    with its match."""
+    found = None
+    for literal, member in tagged:
+        if text.startswith(literal, at):
+            if found is None:
+                found = member
+            elif member is not found:
+                break
+    else:
+        return found, won  # type: ignore[return-value]  # (one of them is there: the joined match is its)
+    best, rank = found, None
+    for member in dict.fromkeys(member for literal, member in tagged if text.startswith(literal, at)):
+        m = member.pattern.match(text, at)
+        if m is None:
+            continue
+        place = (-m.end(), member.closes, member.order)
+        if rank is None or place < rank:
+            best, won, rank = member, m, place
+    return best, won
 
 
 class ResponseDecoder(Decoder):
@@ -991,7 +1271,7 @@ class ResponseDecoder(Decoder):
             text = bytes(text).decode("utf-8", "replace")
         elif not isinstance(text, str):
             raise DecodeError(f"decode() takes model output as str or UTF-8 bytes, not {type(text).__name__}.")
-        return read_whole(self._rt, self._params, self._lead + text, self.options.extract_reasoning)
+        return self._rt.read(self._lead + text, self.options.extract_reasoning, self._params)
 
 
 def response_format(template: ResponseTemplate, params: Mapping[str, Mapping[str, Any]], lead: str) -> Format:
