@@ -413,3 +413,21 @@ def test_a_compiled_template_is_kept_by_its_json_and_never_shared_with_another()
     huge = _spec("</" + "c" * 70_000 + ">")
     assert load_response_template(huge) is not load_response_template(huge)
     assert all(len(key) <= 1 << 16 for key in response_reader._COMPILED)
+
+
+def test_an_implicit_tool_call_field_reads_only_its_own_text_after_a_region() -> None:
+    """The text outside every region is the implicit field's; after a region closes, its body starts there
+    (the whole read once took the closed region's text too, and the call failed to parse)."""
+    spec = {
+        "start_anchor": "A:",
+        "fields": {
+            "reasoning_content": {"open": "<think>", "close": "</think>"},
+            "tool_calls": {"content": "json", "transform": {"type": "function", "function": "{content}"}},
+        },
+    }
+    decoder = decoder_from_response_template(spec, prompt="")
+    message = whole_is_streamed(decoder, '<think>hm</think>{"name": "f", "arguments": {"x": 1}}')
+    assert message.reasoning_content == "hm"
+    assert [(call.name, call.arguments, call.raw) for call in message.tool_calls] == [
+        ("f", {"x": 1}, '{"name": "f", "arguments": {"x": 1}}')
+    ]
