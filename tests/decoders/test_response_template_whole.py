@@ -431,3 +431,60 @@ def test_an_implicit_tool_call_field_reads_only_its_own_text_after_a_region() ->
     assert [(call.name, call.arguments, call.raw) for call in message.tool_calls] == [
         ("f", {"x": 1}, '{"name": "f", "arguments": {"x": 1}}')
     ]
+
+
+#: transforms of a tool-call field, with the shapes a compiled reading settles from how they are written
+TRANSFORMS = [
+    {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+    {"type": "function", "function": "{content}"},
+    {"type": "function", "function": "{content}", "id": "{id}"},
+    {"function": {"name": "{name}", "parameters": "{content.args}"}, "id": "{content.id}"},
+    {"name": "{name}", "arguments": "{content}"},  # no "function": the value itself is the function
+    {"function": {"name": "{name}"}},  # no arguments: {}
+    {"function": "fixed"},  # not an object
+    {"function": {"name": ["{name}"], "arguments": {"x": "{content}"}}},  # a name that is not a string
+    {"type": "{kind}", "function": {"name": "{name}", "arguments": "{content}"}},  # a lookup only to fail on
+]
+EACH = [
+    {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}},
+    {"function": {"name": "{tool_name}", "arguments": "{parameters}"}, "id": "{tool_call_id}"},
+    {"function": "{content}"},
+    {"type": "function"},
+]
+BODIES = [
+    '{"x": 1}',
+    '{"name": "g", "arguments": {"n": "2"}, "id": "c1", "args": {"n": "3"}}',
+    '{"name": "g", "arguments": "{\\"n\\": \\"2\\"}"}',
+    '{"name": "g", "arguments": "not json"}',
+    '{"name": "", "arguments": {}}',
+    '[{"name": "a", "arguments": {"n": "1"}, "tool_name": "b", "parameters": {}, "tool_call_id": 7}, {"name": "c"}]',
+    "[1, 2]",
+    '"text"',
+    "not json at all",
+    "[]",
+]
+
+
+@pytest.mark.parametrize(("transform", "each"), [(t, False) for t in TRANSFORMS] + [(t, True) for t in EACH])
+def test_a_transform_read_as_written_gives_what_its_built_value_gives(transform: dict[str, Any], each: bool) -> None:
+    """The compiled reading of a tool-call region takes the name, arguments and id from where an object transform
+    puts them; the general one builds the transform's value and searches it. Both must give the same calls, the
+    same invalid ones and the same errors, on every body and captures."""
+    spec = {
+        "start_anchor": "A:",
+        "fields": {
+            "tool_calls": {
+                "open_pattern": r"<c(?: (?P<name>\w+))?>",
+                "close": "</c>",
+                "content": "json",
+                "transform": transform,
+                "transform_each": each,
+            }
+        },
+    }
+    field = load_response_template(spec).fields[0]
+    written, built = response_reader._calls_source(field, True), response_reader._calls_source(field, False)
+    params = {"g": {"n": ("integer",)}, "a": {"n": ("integer",)}}
+    for body in BODIES:
+        for captures in ({}, {"name": "g"}, {"name": "g", "kind": "function", "id": "i9"}):
+            assert written(body, captures, params) == built(body, captures, params), (body, captures)
