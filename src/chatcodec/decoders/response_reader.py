@@ -1034,10 +1034,30 @@ class _Source:
         return name
 
     def function(self, name: str, filename: str) -> Callable[..., Any]:
-        """The function ``name`` the source defines."""
+        """The function ``name`` the source defines. Templates of one shape write the same source (their values
+        are names), so the compiled code of the last :data:`_CODE_SIZE` sources is kept: compiling is most of
+        what building a template's readers costs (sources up to :data:`_COMPILED_TEXT` characters)."""
+        source = "\n".join(self.lines)
+        code = _CODE.get(source)
+        if code is None:
+            code = compile(source, filename, "exec")
+            if len(source) <= _COMPILED_TEXT:
+                with _COMPILED_LOCK:
+                    if len(_CODE) >= _CODE_SIZE:
+                        _CODE.pop(next(iter(_CODE)))
+                    _CODE[source] = code
         namespace = dict(self.names)
-        exec(compile("\n".join(self.lines), filename, "exec"), namespace)
+        exec(code, namespace)
         return namespace[name]  # type: ignore[no-any-return]
+
+
+_CODE: dict[str, Any] = {}
+_CODE_SIZE = 64
+
+
+def _starts(literals: list[str]) -> str:
+    """The source of a test that the text at ``first`` begins with one of ``literals``."""
+    return f"text.startswith({literals[0] if len(literals) == 1 else tuple(literals)!r}, first)"
 
 
 def _reader(idle: State, implicit: Field | None, slots: int) -> Reader:
@@ -1179,24 +1199,21 @@ def _reader(idle: State, implicit: Field | None, slots: int) -> Reader:
             elif idle.clash:  # searched together, and two may match here: the text there says when only one can
                 members = list({id(m): m for _, m in idle.tagged}.values())
                 for i, member in enumerate(members):
-                    mine = tuple(lit for lit, m in idle.tagged if m is member)
-                    rivals = tuple(
+                    mine = [lit for lit, m in idle.tagged if m is member]
+                    rivals = [
                         lit
                         for lit, m in idle.tagged
                         if m is not member and any(lit.startswith(a) or a.startswith(lit) for a in mine)
-                    )
-                    alone = f" and not text.startswith({rivals!r}, first)" if rivals else ""
-                    with out.block(f"{'el' if i else ''}if text.startswith({mine!r}, first){alone}:"):
+                    ]
+                    alone = f" and not {_starts(rivals)}" if rivals else ""
+                    with out.block(f"{'el' if i else ''}if {_starts(mine)}{alone}:"):
                         out(f"best = {const(member)}")
                 with out.block("else:"):
                     out(f"best, won = _settle({const(idle.tagged)}, text, first, won)")
                 tests = [f"best is {const(member)}" for member in members]
             else:  # searched together: the literal text at the match says which delimiter it is
                 members = list({id(m): m for _, m in idle.tagged}.values())
-                tests = [
-                    f"text.startswith({tuple(lit for lit, m in idle.tagged if m is member)!r}, first)"
-                    for member in members
-                ]
+                tests = [_starts([lit for lit, m in idle.tagged if m is member]) for member in members]
             for i, (member, test) in enumerate(zip(members, tests, strict=True)):
                 last = i == len(members) - 1
                 with out.block("else:" if last and i else f"{'if' if i == 0 else 'elif'} {test}:"):
