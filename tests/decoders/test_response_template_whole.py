@@ -376,7 +376,7 @@ def test_threads_reading_a_late_id_first_at_once_read_one_id(monkeypatch: pytest
         return made()
 
     monkeypatch.setattr(base, "next_call_id", slow)
-    call = base.make_call("f", {}, "{}", None, "", None, 0)
+    call = object.__new__(base.ToolCall)  # as the whole read builds a call: its id slot unset
     start = threading.Barrier(8)
 
     def read(_: int) -> str:
@@ -488,14 +488,3 @@ def test_a_transform_read_as_written_gives_what_its_built_value_gives(transform:
     for body in BODIES:
         for captures in ({}, {"name": "g"}, {"name": "g", "kind": "function", "id": "i9"}):
             assert written(body, captures, params) == built(body, captures, params), (body, captures)
-
-
-def test_templates_of_one_shape_share_their_compiled_code_and_read_each_with_its_own_delimiters() -> None:
-    def spec(tag: str) -> dict[str, Any]:
-        return {"start_anchor": "A:", "fields": {"reasoning_content": {"open": f"<{tag}>", "close": f"</{tag}>"}}}
-
-    one, other = load_response_template(spec("r")), load_response_template(spec("t"))
-    assert one.read.__code__ is other.read.__code__  # one source, compiled once
-    text = "<r>a</r><t>b</t>"
-    assert one.read(text, True, {}).reasoning_content == "a"
-    assert other.read(text, True, {}).reasoning_content == "b"

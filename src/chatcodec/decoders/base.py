@@ -189,7 +189,7 @@ class ToolCall:
             object.__setattr__(self, "id", new_call_id())
 
     def __getattr__(self, name: str) -> Any:
-        # reached only for a slot never set: the id of a call make_call() built without one, made when first read
+        # reached only for a slot never set: the id of a call built without one (CALL_SLOTS), made when first read
         if name != "id":
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return _late_id(self)
@@ -246,34 +246,16 @@ class AssistantMessage:
 
 
 # Decoders' hot paths build results from every field at once, past the dataclasses' __init__ (which sets each
-# field of a frozen class through object.__setattr__ and runs ToolCall's id check): the slots are set directly.
-_new = object.__new__
-_CALL_SLOTS = tuple(ToolCall.__dict__[name].__set__ for name in ToolCall.__dataclass_fields__)
-_MESSAGE_SLOTS = tuple(AssistantMessage.__dict__[name].__set__ for name in AssistantMessage.__dataclass_fields__)
-
-
-def make_call(
-    name: str, arguments: Any, arguments_json: str, call_id: str | None, raw: str, error: str | None, index: int
-) -> ToolCall:
-    """``ToolCall(name, arguments, arguments_json, call_id, raw, error, index)``. Without ``call_id`` (None) the
-    call's fresh id is made when it is first read: a whole decode then spends nothing on ids nobody reads, and
-    the id, once read, stays.
-
-    >>> call = make_call("f", {}, "{}", None, "", None, 0)
-    >>> call.id.startswith("call_") and call.id == call.id and call == call
-    True
-    """
-    call = _new(ToolCall)
-    s_name, s_arguments, s_json, s_id, s_raw, s_error, s_index = _CALL_SLOTS
-    s_name(call, name)
-    s_arguments(call, arguments)
-    s_json(call, arguments_json)
-    if call_id is not None:
-        s_id(call, call_id)
-    s_raw(call, raw)
-    s_error(call, error)
-    s_index(call, index)
-    return call
+# field of a frozen class through object.__setattr__ and runs ToolCall's id check): they make the object with
+# object.__new__ and set each slot directly, with its setter here, by field name. A call whose "id" slot is left
+# unset gets its fresh id when it is first read (ToolCall.__getattr__): a whole decode then spends nothing on ids
+# nobody reads, and the id, once read, stays.
+CALL_SLOTS: dict[str, Callable[[ToolCall, Any], None]] = {
+    name: ToolCall.__dict__[name].__set__ for name in ToolCall.__dataclass_fields__
+}
+MESSAGE_SLOTS: dict[str, Callable[[AssistantMessage, Any], None]] = {
+    name: AssistantMessage.__dict__[name].__set__ for name in AssistantMessage.__dataclass_fields__
+}
 
 
 _ID_SLOT = ToolCall.__dict__["id"]
@@ -281,8 +263,13 @@ _ID_LOCK = threading.Lock()
 
 
 def _late_id(call: ToolCall) -> str:
-    """The id of a call built without one (:func:`make_call`): made once, under a lock, so that two threads that
-    read it first at once read the same id."""
+    """The id of a call built without one (:data:`CALL_SLOTS`): made once, under a lock, so that two threads that
+    read it first at once read the same id.
+
+    >>> call = object.__new__(ToolCall)
+    >>> call.id.startswith("call_") and call.id == call.id
+    True
+    """
     with _ID_LOCK:
         try:
             made: str = _ID_SLOT.__get__(call, ToolCall)
@@ -290,19 +277,6 @@ def _late_id(call: ToolCall) -> str:
             made = next_call_id()
             _ID_SLOT.__set__(call, made)
         return made
-
-
-def make_message(
-    content: str | None, reasoning: str | None, calls: tuple[ToolCall, ...], invalid: tuple[ToolCall, ...]
-) -> AssistantMessage:
-    """``AssistantMessage(content, reasoning, calls, invalid)``."""
-    message = _new(AssistantMessage)
-    s_content, s_reasoning, s_calls, s_invalid = _MESSAGE_SLOTS
-    s_content(message, content)
-    s_reasoning(message, reasoning)
-    s_calls(message, calls)
-    s_invalid(message, invalid)
-    return message
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ into an invalid call.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import json.scanner
@@ -83,26 +84,33 @@ _scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-t
 _NOT_JSON = object()
 
 
-def _loaded(text: str) -> Any:
-    """``json.loads(text)``, or :data:`_NOT_JSON` when ``text`` is not one JSON value (a text that cannot
-    start one is known by its first character, without the parser)."""
+def _scanned(otherwise: Callable[[str], Any], text: str) -> Any:
+    """``json.loads(text)``, or ``otherwise(text)`` when ``text`` is not one JSON value (a text that cannot start
+    one is known by its first character, without the parser). ``otherwise`` is a C function where it can be
+    (``str.strip``), so that a region's parse is one Python call."""
     rest = text.lstrip(_JSON_SPACE)
     if rest[:1] in _JSON_STARTS:
         try:
             value, end = _scan_json(text, len(text) - len(rest))
         except (json.JSONDecodeError, StopIteration):  # what json.loads reports as a JSONDecodeError
-            return _NOT_JSON
+            return otherwise(text)
         if end == len(text) or not text[end:].lstrip(_JSON_SPACE):  # else json.loads' "Extra data"
             return value
+    return otherwise(text)
+
+
+def _not_json(text: str) -> Any:
     return _NOT_JSON
 
 
-def _strict_json(text: str) -> Any:
-    """The ``json`` parser with no knobs: the region's one JSON value."""
-    value = _loaded(text)
-    if value is _NOT_JSON:
-        raise ValueError(f"the region is not JSON: {text[:60]!r}")
-    return value
+def _not_json_error(text: str) -> Any:
+    raise ValueError(f"the region is not JSON: {text[:60]!r}")
+
+
+#: ``json.loads(text)``, or :data:`_NOT_JSON`
+_loaded = functools.partial(_scanned, _not_json)
+#: the ``json`` parser with no knobs: the region's one JSON value
+_strict_json = functools.partial(_scanned, _not_json_error)
 
 
 def _json_reader(args: Mapping[str, Any]) -> Callable[[str], Any]:
@@ -118,8 +126,10 @@ def _json_reader(args: Mapping[str, Any]) -> Callable[[str], Any]:
     subs = [re.compile(re.escape(open_d) + r"(.*?)" + re.escape(close_d), re.DOTALL) for open_d, close_d in pairs]
     unquoted = bool(args.get("unquoted_keys"))
     allow_non_json, strip = bool(args.get("allow_non_json")), bool(args.get("strip", True))
-    if not subs and not unquoted and not allow_non_json:
-        return _strict_json
+    if not subs and not unquoted:  # the scan alone, then what a text that is not JSON gives
+        if not allow_non_json:
+            return _strict_json
+        return functools.partial(_scanned, str.strip if strip else _same_text)
 
     def parse(text: str) -> Any:
         working = text
