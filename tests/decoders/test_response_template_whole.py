@@ -51,12 +51,18 @@ TEXTS = [
         r"(?=[\s\S]*?(?P<g>b))",  # a group: left to the engine
         r"(?i)(?=[\s\S]*?B)",  # a flag: left to the engine
         r"\G(?=[\s\S]*?b)",
+        # lookahead alternatives, searched with what they look for in their place (_Unwrapped)
+        r"```\s*|(?=</think>)",
+        r"(?=\[BEGIN|</thinking>)",
+        r"(?=</think>)|</thinking>|<thinking>",  # one place where both the lookahead and a longer match hold
+        r"(?=a)b|(?=ab)",  # not one lookahead alone: the first is left to the engine
+        r"(?=)|ab",
     ],
 )
-def test_a_lookahead_over_any_text_is_found_where_the_engine_finds_it(pattern: str) -> None:
+def test_a_lookahead_is_found_where_the_engine_finds_it(pattern: str) -> None:
     compiled = rx.compile(pattern, rx.DOTALL)
     search = _delimiter_search(compiled)
-    for text in TEXTS:
+    for text in [*TEXTS, "x```  </think>y", "ab</thinking>", "```"]:
         for pos in range(len(text) + 1):
             theirs, ours = compiled.search(text, pos), search.search(text, pos)
             assert (theirs and theirs.span()) == (ours and ours.span()), (pattern, text, pos)

@@ -321,10 +321,76 @@ class _HereOrAhead:
         return m
 
 
+class _Unwrapped:
+    """A pattern some of whose alternatives are lookaheads ``(?=R)`` (and that has no groups), searched with
+    each lookahead's ``R`` in its place: that pattern matches exactly where the first does, and begins with
+    literal text the engine skips to (a lookahead first hides it, and the engine then tries every position).
+    Where it matches, the alternatives are tried in their order, as the engine tries them: a lookahead's match
+    is empty.
+
+    >>> found = _Unwrapped.of(["```\\\\s*", "(?=<end>)"])
+    >>> found.search("ab <end>").span(), found.search("a```  b").span()
+    ((3, 3), (1, 6))
+    """
+
+    __slots__ = ("joined", "tries")
+
+    def __init__(self, joined: re.Pattern[str], tries: tuple[tuple[re.Pattern[str], bool], ...]) -> None:
+        self.joined, self.tries = joined, tries
+
+    @classmethod
+    def of(cls, alternatives: list[str]) -> _Unwrapped | None:
+        """The search for these top-level alternatives, or None when none is a lookahead, or what replaces
+        them would not begin with literal text (:func:`_literal_starts`)."""
+        inner = [_lookahead_inside(alternative) for alternative in alternatives]
+        if all(part is None for part in inner):
+            return None
+        try:
+            joined = re.compile(
+                "|".join(f"(?:{part or alt})" for part, alt in zip(inner, alternatives, strict=True)), re.DOTALL
+            )
+            tries = tuple(
+                (re.compile(part or alt, re.DOTALL), part is not None)
+                for part, alt in zip(inner, alternatives, strict=True)
+            )
+        except (re.error, ValueError, OverflowError, RecursionError):
+            return None
+        if _literal_starts(joined) is None:
+            return None
+        return cls(joined, tries)
+
+    def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
+        m = self.joined.search(text, pos)
+        if m is None:
+            return None
+        at = m.start()
+        for pattern, ahead in self.tries:
+            found = pattern.match(text, at)
+            if found is not None:
+                return _EMPTY.match(text, at) if ahead else found
+        return None  # not reached: one of them matches where the joined pattern does
+
+
+def _lookahead_inside(alternative: str) -> str | None:
+    """``R`` when ``alternative`` is one lookahead ``(?=R)`` and nothing else, else None."""
+    if not alternative.startswith("(?=") or not alternative.endswith(")"):
+        return None
+    depth = 0
+    for i, c in _structure(alternative) or ():
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return alternative[3:-1] or None if i == len(alternative) - 1 else None
+    return None
+
+
 def _delimiter_search(compiled: Any) -> Any:
     """What a whole text's delimiter is searched with: :func:`_whole_pattern`, or for a pattern that is
     (or ends in a ``\\G`` alternative that is) one lookahead over any text, :class:`_Ahead` or
-    :class:`_HereOrAhead`, which give the same match in one linear search."""
+    :class:`_HereOrAhead`, which give the same match in one linear search, or for one with lookahead
+    alternatives, :class:`_Unwrapped`."""
     whole = _whole_pattern(compiled)
     if compiled.groups or _INLINE_FLAGS.search(compiled.pattern):  # a flag would not reach every part
         return whole
@@ -334,6 +400,8 @@ def _delimiter_search(compiled: Any) -> Any:
     *firsts, last = alternatives
     here = last.startswith("\\G")
     ahead = _ahead_of(last[2:] if here else last)
+    if ahead is None and isinstance(whole, re.Pattern):
+        return _Unwrapped.of(alternatives) or whole
     if ahead is None or (here and not firsts) or (not here and firsts):
         return whole
     if not here:
