@@ -57,12 +57,15 @@ TEXTS = [
         r"(?=</think>)|</thinking>|<thinking>",  # one place where both the lookahead and a longer match hold
         r"(?=a)b|(?=ab)",  # not one lookahead alone: the first is left to the engine
         r"(?=)|ab",
+        r"<\|user\|>\s*|$",  # the end: where $ first holds, unless the other is sooner
+        r"$|\n",  # one place where both hold: $ is listed first
+        r"b\s*|(?=</think>)|$",
     ],
 )
 def test_a_lookahead_is_found_where_the_engine_finds_it(pattern: str) -> None:
     compiled = rx.compile(pattern, rx.DOTALL)
     search = _delimiter_search(compiled)
-    for text in [*TEXTS, "x```  </think>y", "ab</thinking>", "```"]:
+    for text in [*TEXTS, "x```  </think>y", "ab</thinking>", "```", "a<|user|> b\n", "\n", "a\nb\n\n", "b\n"]:
         for pos in range(len(text) + 1):
             theirs, ours = compiled.search(text, pos), search.search(text, pos)
             assert (theirs and theirs.span()) == (ours and ours.span()), (pattern, text, pos)

@@ -322,53 +322,56 @@ class _HereOrAhead:
 
 
 class _Unwrapped:
-    """A pattern some of whose alternatives are lookaheads ``(?=R)`` (and that has no groups), searched with
-    each lookahead's ``R`` in its place: that pattern matches exactly where the first does, and begins with
-    literal text the engine skips to (a lookahead first hides it, and the engine then tries every position).
-    Where it matches, the alternatives are tried in their order, as the engine tries them: a lookahead's match
-    is empty.
+    """A pattern some of whose alternatives are lookaheads ``(?=R)`` or the end ``$`` (and that has no groups),
+    searched with each lookahead's ``R`` in its place and without the end: the others begin with literal text the
+    engine skips to (a lookahead or ``$`` among them hides it, and the engine then tries every position). The
+    pattern matches first where that search does, or at the end (where ``$`` first holds) if that is sooner;
+    there its alternatives are tried in their order, as the engine tries them: a lookahead's match is empty.
 
-    >>> found = _Unwrapped.of(["```\\\\s*", "(?=<end>)"])
-    >>> found.search("ab <end>").span(), found.search("a```  b").span()
-    ((3, 3), (1, 6))
+    >>> found = _Unwrapped.of(["```\\\\s*", "(?=<end>)", "$"])
+    >>> found.search("ab <end>").span(), found.search("a```  b").span(), found.search("ab\\n").span()
+    ((3, 3), (1, 6), (2, 2))
     """
 
-    __slots__ = ("joined", "tries")
+    __slots__ = ("end", "joined", "tries")
 
-    def __init__(self, joined: re.Pattern[str], tries: tuple[tuple[re.Pattern[str], bool], ...]) -> None:
-        self.joined, self.tries = joined, tries
+    def __init__(self, joined: re.Pattern[str], tries: tuple[tuple[re.Pattern[str], bool], ...], end: bool) -> None:
+        self.joined, self.tries, self.end = joined, tries, end
 
     @classmethod
     def of(cls, alternatives: list[str]) -> _Unwrapped | None:
-        """The search for these top-level alternatives, or None when none is a lookahead, or what replaces
-        them would not begin with literal text (:func:`_literal_starts`)."""
+        """The search for these top-level alternatives, or None when none is a lookahead or the end, or what
+        stands in for them would not begin with literal text (:func:`_literal_starts`)."""
         inner = [_lookahead_inside(alternative) for alternative in alternatives]
-        if all(part is None for part in inner):
+        end = "$" in alternatives
+        if all(part is None for part in inner) and not end:
             return None
+        searched = [part or alt for part, alt in zip(inner, alternatives, strict=True) if alt != "$"]
         try:
-            joined = re.compile(
-                "|".join(f"(?:{part or alt})" for part, alt in zip(inner, alternatives, strict=True)), re.DOTALL
-            )
+            joined = re.compile("|".join(f"(?:{one})" for one in searched), re.DOTALL)
             tries = tuple(
                 (re.compile(part or alt, re.DOTALL), part is not None)
                 for part, alt in zip(inner, alternatives, strict=True)
             )
         except (re.error, ValueError, OverflowError, RecursionError):
             return None
-        if _literal_starts(joined) is None:
+        if not searched or _literal_starts(joined) is None:
             return None
-        return cls(joined, tries)
+        return cls(joined, tries, end)
 
     def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
         m = self.joined.search(text, pos)
-        if m is None:
+        at = len(text) + 1 if m is None else m.start()
+        if self.end:  # "$": before a last newline, or at the very end
+            last = len(text) - 1 if text.endswith("\n") and len(text) - 1 >= pos else len(text)
+            at = min(at, last)
+        elif m is None:
             return None
-        at = m.start()
         for pattern, ahead in self.tries:
             found = pattern.match(text, at)
             if found is not None:
                 return _EMPTY.match(text, at) if ahead else found
-        return None  # not reached: one of them matches where the joined pattern does
+        return None  # not reached: one of them matches there
 
 
 def _lookahead_inside(alternative: str) -> str | None:
