@@ -78,8 +78,23 @@ def test_literal_starts_are_only_what_a_match_must_begin_with() -> None:
     assert _literal_starts(re.compile(r"</tool_call>\s*|<\|im_end\|>")) == ("</tool_call>", "<|im_end|>")
     assert _literal_starts(re.compile(r"<tool_call>\s*<function=(?P<name>[^\n>]+)>")) == ("<tool_call>",)
     assert _literal_starts(re.compile(r"ab?c")) == ("a",)
-    for vague in (r"(?=<a>)", r"\s*<a>", r"$", r"a|(?=b)", r"[ab]c", r"a*"):
+    for vague in (r"(?=<a>)", r"\s*<a>", r"$", r"a|(?=b)", r"[ab]c", r"a*", r"(?:a)?", r"ab?|\s*c"):
         assert _literal_starts(re.compile(vague)) is None, vague
+    # an optional group: the text before it, then what it or what follows it begins with
+    branching = {
+        r"<(?:tool_call>\s*<)?function=(?P<name>[^\n>]+)>": ("<tool_call>", "<function="),
+        r"<\|(?:tool_calls?_section_begin\|>\s*<\|)?tool_call_begin\|>": ("<|tool_call", "<|tool_call_begin|>"),
+        r"x(?:a|\s)?y": ("x", "xy"),
+        r"a(?:b)??c|d": ("ab", "ac", "d"),
+        r"</s>|x(?:y)?": ("</s>", "xy", "x"),
+    }
+    texts = ["<tool_call> <function=f>", "<function=g>", "<|tool_call_begin|>", "<|tool_calls_section_begin|>"
+             " <|tool_call_begin|>", "x y", "xy", "x\ty", "abc", "ac", "d", "xyz", "</s>"]  # fmt: skip
+    for pattern, starts in branching.items():
+        compiled = re.compile(pattern)
+        assert _literal_starts(compiled) == starts, pattern
+        matched = [m for text in texts for at in range(len(text)) if (m := compiled.match(text, at))]
+        assert matched and all(m.string.startswith(starts, m.start()) for m in matched), pattern
 
 
 def _together(spec: dict[str, Any]) -> int:
@@ -195,11 +210,11 @@ CLASHING = [
         },
         ["a<x>b</x>c<e>d", "<x>b</x><xf>{}</c>", "<e>rest", "<xg>[1]</c><x>", "a<x"],
     ),
-    (  # a pattern whose literal start is one character, as in Kimi's and MiniMax's templates
+    (  # a pattern whose literal start is one character
         {
             "reasoning_content": {"open": "<think>", "close_pattern": r"</think>\s*"},
             "tool_calls": {
-                "open_pattern": r"<(?:call>\s*<)?fn=(?P<name>[^>\n]+)>",
+                "open_pattern": r"<[a-z]*fn=(?P<name>[^>\n]+)>",
                 "close": "</fn>",
                 "content": "json",
                 "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
@@ -207,7 +222,7 @@ CLASHING = [
             "content": {"close_pattern": r"(?:<\|im_end\|>|\[EOS\])\s*"},
         },
         [
-            '<think>hm</think> a <call><fn=f>{"x": 1}</fn><fn=g>{}</fn><|im_end|>tail',
+            '<think>hm</think> a <callfn=f>{"x": 1}</fn><fn=g>{}</fn><|im_end|>tail',
             "<|im_end|>rest",
             "a < b <| c <thin <|im_end <fn=f>[]</fn>",
             "<think><fn=f></think>[EOS]",

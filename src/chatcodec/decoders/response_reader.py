@@ -617,13 +617,16 @@ def _slot(slots: list[int]) -> int:
 
 def _literal_starts(pattern: Any) -> tuple[str, ...] | None:
     """The literal text each top-level alternative of a standard-library pattern begins with (looking into
-    a non-capturing group it begins with), or None when one of them need not begin with any (``(?=...)``,
-    ``\\s*x``, ``$``, ``(?:a)?``) or the pattern is not one.
+    a non-capturing group it begins with, and at an optional group ``(?:X)?`` after some text, both ways: the
+    text and what ``X`` begins with, the text and what follows), or None when one of them need not begin with
+    any (``(?=...)``, ``\\s*x``, ``$``, ``(?:a)?``) or the pattern is not one.
 
     >>> _literal_starts(re.compile(r"</tool_call>\\s*|<\\|im_end\\|>")), _literal_starts(re.compile(r"ab?|\\s*c"))
     (('</tool_call>', '<|im_end|>'), None)
     >>> _literal_starts(re.compile(r"(?:<\\|eot_id\\|>|>>>all\\n)\\s*"))
     ('<|eot_id|>', '>>>all')
+    >>> _literal_starts(re.compile(r"<(?:tool_call>\\s*<)?function="))
+    ('<tool_call>', '<function=')
     """
     if not isinstance(pattern, re.Pattern) or pattern.flags & ~(re.DOTALL | re.UNICODE):
         return None
@@ -641,9 +644,20 @@ def _starts_of(pattern: str) -> list[str] | None:
                 return None
             starts.extend(found)
             continue
-        text, i = [], 0
+        text: list[str] = []
+        i, branched = 0, False
         while i < len(alternative):
             c = alternative[i]
+            optional = _optional_group(alternative, i) if c == "(" else None
+            if optional is not None:  # (?:X)? : the text so far, then X's starts or those of what follows
+                inside, after = optional
+                prefix = "".join(text)
+                for more in (_starts_of(inside), _starts_of(after) if after else None):
+                    if not more and not prefix:
+                        return None
+                    starts.extend([prefix + start for start in more] if more else [prefix])
+                branched = True
+                break
             if c == "\\":
                 escaped = alternative[i + 1 : i + 2]
                 if not escaped or escaped.isalnum() or escaped == "_" or not escaped.isascii():
@@ -657,10 +671,32 @@ def _starts_of(pattern: str) -> list[str] | None:
                 break  # repeated or optional: not there for certain
             text.append(literal)
             i += step
+        if branched:
+            continue
         if not text:
             return None
         starts.append("".join(text))
     return starts or None
+
+
+def _optional_group(alternative: str, i: int) -> tuple[str, str] | None:
+    """For a non-capturing group at ``i`` that is optional (``(?:X)?``, lazy or possessive too): ``X`` and the
+    rest of the alternative after it; else None."""
+    if not alternative.startswith("(?:", i):
+        return None
+    depth = 0
+    for j, c in _structure(alternative[i:]) or ():
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                end = i + j + 1
+                if alternative[end : end + 1] != "?":
+                    return None
+                end += 2 if alternative[end + 1 : end + 2] in ("?", "+") else 1
+                return alternative[i + 3 : i + j], alternative[end:]
+    return None
 
 
 def _check_transform(scope: str, transform: Any) -> None:
