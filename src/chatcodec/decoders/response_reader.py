@@ -376,17 +376,9 @@ class _Unwrapped:
 
 def _lookahead_inside(alternative: str) -> str | None:
     """``R`` when ``alternative`` is one lookahead ``(?=R)`` and nothing else, else None."""
-    if not alternative.startswith("(?=") or not alternative.endswith(")"):
+    if not alternative.startswith("(?=") or _group_end(alternative) != len(alternative) - 1:
         return None
-    depth = 0
-    for i, c in _structure(alternative) or ():
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return alternative[3:-1] or None if i == len(alternative) - 1 else None
-    return None
+    return alternative[3:-1] or None
 
 
 def _delimiter_search(compiled: Any) -> Any:
@@ -464,15 +456,23 @@ def _top_level_alternatives(pattern: str) -> list[str] | None:
 def _leading_group(alternative: str) -> str | None:
     """The inside of the non-capturing group ``alternative`` begins with, when that group must match
     (no quantifier after it), else None."""
+    end = _group_end(alternative)
+    if end is None:
+        return None
+    after = alternative[end + 1 : end + 2]
+    return None if after and after in "*+?{" else alternative[3:end]
+
+
+def _group_end(pattern: str, start: int = 0) -> int | None:
+    """Where the group that opens at ``start`` closes (:func:`_structure`), or None."""
     depth = 0
-    for i, c in _structure(alternative) or ():
+    for i, c in _structure(pattern[start:]) or ():
         if c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
             if depth == 0:
-                after = alternative[i + 1 : i + 2]
-                return None if after and after in "*+?{" else alternative[3:i]
+                return start + i
     return None
 
 
@@ -682,21 +682,11 @@ def _starts_of(pattern: str) -> list[str] | None:
 def _optional_group(alternative: str, i: int) -> tuple[str, str] | None:
     """For a non-capturing group at ``i`` that is optional (``(?:X)?``, lazy or possessive too): ``X`` and the
     rest of the alternative after it; else None."""
-    if not alternative.startswith("(?:", i):
+    close = _group_end(alternative, i) if alternative.startswith("(?:", i) else None
+    if close is None or alternative[close + 1 : close + 2] != "?":
         return None
-    depth = 0
-    for j, c in _structure(alternative[i:]) or ():
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                end = i + j + 1
-                if alternative[end : end + 1] != "?":
-                    return None
-                end += 2 if alternative[end + 1 : end + 2] in ("?", "+") else 1
-                return alternative[i + 3 : i + j], alternative[end:]
-    return None
+    end = close + (3 if alternative[close + 2 : close + 3] in ("?", "+") else 2)
+    return alternative[i + 3 : close], alternative[end:]
 
 
 def _check_transform(scope: str, transform: Any) -> None:
