@@ -1153,9 +1153,9 @@ def _reader(idle: State, implicit: Field | None, slots: int) -> Reader:
     dropped when there is none). It searches the outside state's delimiters from where it is. An open
     delimiter starts its field's region: the text up to the field's close is the region's (all the rest when
     it never closes), and the read goes on after the close, outside again. The implicit field's close ends
-    its stretch of text; a close that matches nothing, at the very start of a stretch, ends the read, and the
+    its stretch of text; a close whose match is empty, where the stretch has no text yet, ends the read, and the
     rest of the text is the implicit field's. Of delimiters that match at one place, the longest wins, then
-    an open, then the first listed (:class:`State`, :func:`_earliest`). The whitespace rules are the
+    an open, then the first listed (:class:`State`, :func:`_settle`, :func:`_earliest`). The whitespace rules are the
     stream's (:class:`~.base.Sink`): content keeps its white space unless it is only white space, reasoning
     is stripped."""
     out = _Source()
