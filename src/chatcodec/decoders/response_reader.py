@@ -593,7 +593,7 @@ def _state(delimiters: list[tuple[bool, Field, Delimiter]], slots: list[int]) ->
             continue
         if set(member.names) & {name for other, _ in together for name in other.names}:
             continue  # one name for two groups
-        clash = clash or any(a.startswith(b) or b.startswith(a) for a in starts for b, _ in taken)
+        clash = clash or any(_overlap(a, b) for a in starts for b, _ in taken)
         together.append((member, pattern))
         taken.extend((start, member) for start in starts)
     found: list[Watched] = []
@@ -608,6 +608,11 @@ def _state(delimiters: list[tuple[bool, Field, Delimiter]], slots: list[int]) ->
     grouped = {id(member) for member, _ in together} if joined is not None else set()
     found.extend((pattern, _slot(slots), member, None) for member, pattern, _ in members if id(member) not in grouped)
     return State(tuple(found), clash and joined is not None)
+
+
+def _overlap(one: str, other: str) -> bool:
+    """Whether delimiters beginning with these literal texts can match at one place (one begins the other)."""
+    return one.startswith(other) or other.startswith(one)
 
 
 def _slot(slots: list[int]) -> int:
@@ -1094,17 +1099,6 @@ _NO_GROUPS: dict[str, str] = {}
 Reader = Callable[[str, bool, Params], AssistantMessage]
 
 
-def read_whole(
-    rt: ResponseTemplate,
-    params: Mapping[str, Mapping[str, tuple[str, ...]]],
-    text: str,
-    extract_reasoning: bool = True,
-) -> AssistantMessage:
-    """The message in a whole text: :class:`ResponseMachine`'s regions, found in one pass with nothing to
-    wait for (no partial matches), by the template's compiled reader (:func:`_reader`)."""
-    return rt.read(text, extract_reasoning, params)
-
-
 class _Source:
     """Python source written line by line, each at the indent of the block it is in, with the values it names
     (:meth:`constant`), compiled into a function (:meth:`function`)."""
@@ -1288,16 +1282,10 @@ def _reader(idle: State, implicit: Field | None, slots: int) -> Reader:
                 tests = [f"best is {const(member)}" for member in members]
             elif idle.single is not None:
                 tests = ["True"]
-                members = [idle.single]
             elif idle.clash:  # searched together, and two may match here: the text there says when only one can
-                members = list({id(m): m for _, m in idle.tagged}.values())
                 for i, member in enumerate(members):
                     mine = [lit for lit, m in idle.tagged if m is member]
-                    rivals = [
-                        lit
-                        for lit, m in idle.tagged
-                        if m is not member and any(lit.startswith(a) or a.startswith(lit) for a in mine)
-                    ]
+                    rivals = [lit for lit, m in idle.tagged if m is not member and any(_overlap(lit, a) for a in mine)]
                     alone = f" and not {_starts(rivals)}" if rivals else ""
                     with out.block(f"{'el' if i else ''}if {_starts(mine)}{alone}:"):
                         out(f"best = {const(member)}")
@@ -1305,7 +1293,6 @@ def _reader(idle: State, implicit: Field | None, slots: int) -> Reader:
                     out(f"best, won = _settle({const(idle.tagged)}, text, first, won)")
                 tests = [f"best is {const(member)}" for member in members]
             else:  # searched together: the literal text at the match says which delimiter it is
-                members = list({id(m): m for _, m in idle.tagged}.values())
                 tests = [_starts([lit for lit, m in idle.tagged if m is member]) for member in members]
             for i, (member, test) in enumerate(zip(members, tests, strict=True)):
                 last = i == len(members) - 1
@@ -1346,13 +1333,19 @@ def _earliest(
         member = single
         if tagged is not None:
             member, m = _settle(tagged, text, at, m)
-        place = (-m.end(), member.closes, member.order)
+        place = _place(member, m)
         if at < first or place < rank:
             first, rank, best, won, slot = at, place, member, m, at_slot
     if best is None:
         return None, None, n
     found[slot] = _UNSEEN
     return best, won, first
+
+
+def _place(member: Member, m: Any) -> tuple[int, bool, int]:
+    """How ``member``'s match ``m`` ranks against others at the same place, the least first: the longest, then an
+    open before a close, then the first listed."""
+    return -m.end(), member.closes, member.order
 
 
 def _settle(tagged: tuple[tuple[str, Member], ...], text: str, at: int, won: Any) -> tuple[Member, Any]:
@@ -1374,7 +1367,7 @@ def _settle(tagged: tuple[tuple[str, Member], ...], text: str, at: int, won: Any
         m = member.pattern.match(text, at)
         if m is None:
             continue
-        place = (-m.end(), member.closes, member.order)
+        place = _place(member, m)
         if rank is None or place < rank:
             best, won, rank = member, m, place
     return best, won
@@ -1382,7 +1375,7 @@ def _settle(tagged: tuple[tuple[str, Member], ...], text: str, at: int, won: Any
 
 class ResponseDecoder(Decoder):
     """A :class:`Decoder` for a response template: streams with :class:`ResponseMachine`, and reads a whole
-    text in one pass (:func:`read_whole`), which gives what the stream gives."""
+    text in one pass (its template's compiled :attr:`~ResponseTemplate.read`), which gives what the stream gives."""
 
     __slots__ = ("_lead", "_params", "_rt")
 
